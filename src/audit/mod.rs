@@ -1,0 +1,17 @@
+//! The audit log: one hash-chained JSON line per decision (DESIGN §6).
+//!
+//! Records go through a bounded channel to one writer task that assigns `seq`, links the
+//! chain and writes in batches. The log never drops: a full channel makes calls wait,
+//! and when the sink can't be written the log turns unavailable so that calls are
+//! refused (`AUDIT_UNAVAILABLE`, with `onFailure: fail_closed`) rather than run
+//! unrecorded; records it could not write are kept (bounded) and retried.
+
+pub mod record;
+pub mod verify;
+mod writer;
+
+pub use record::Entry;
+pub use writer::AuditLog;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,32 @@
+//! `toolgate check`: lints manifests offline with the same parser and snapshot build the
+//! sidecar uses, so what passes here loads there.
+
+use std::path::PathBuf;
+
+use crate::control::files;
+use crate::control::{BuildOptions, Snapshot};
+use crate::crd::ManifestError;
+
+/// What a check found.
+pub struct Report {
+    pub files: usize,
+    pub objects: usize,
+    pub errors: Vec<ManifestError>,
+}
+
+pub fn check(paths: &[PathBuf]) -> Report {
+    let scan = files::scan(paths);
+    let (objects, mut errors) = files::parse(&scan);
+    // Shadow allowed: `check` reports problems, not what one sidecar's settings honour.
+    let options = BuildOptions {
+        allow_shadow: true,
+        pod_labels: None,
+    };
+    let (_, build_errors) = Snapshot::build(&objects, &options, 0);
+    errors.extend(build_errors);
+    Report {
+        files: scan.files.len(),
+        objects: objects.len(),
+        errors,
+    }
+}

@@ -1,0 +1,216 @@
+//! `TOOLGATE_*` overrides: every settings key has one, named by its path in upper snake
+//! case (`limits.maxBodyBytes` → `TOOLGATE_LIMITS_MAX_BODY_BYTES`).
+//!
+//! The table below is the whole list; a test checks it against the settings types so a
+//! new key can't ship without its variable. Variables are passed in (not read from the
+//! process) so tests can hand over a plain list.
+
+use serde_json::{Map, Value};
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Str,
+    Bool,
+    Num,
+    /// Comma-separated strings.
+    List,
+    /// A YAML/JSON flow value, for lists of objects.
+    Yaml,
+}
+
+const KEYS: &[(&str, Kind)] = &[
+    ("listen", Kind::Str),
+    ("admin", Kind::Str),
+    ("upstream", Kind::Str),
+    ("mcp.path", Kind::Str),
+    ("policies.files", Kind::List),
+    ("policies.allowShadow", Kind::Bool),
+    ("policies.kubernetes.enabled", Kind::Bool),
+    ("policies.kubernetes.namespace", Kind::Str),
+    ("policies.kubernetes.podLabelsFile", Kind::Str),
+    ("identity.tokens", Kind::Str),
+    ("identity.jwt", Kind::Yaml),
+    ("identity.taskIssuers", Kind::Yaml),
+    ("tls.cert", Kind::Str),
+    ("tls.key", Kind::Str),
+    ("tls.clientCa", Kind::Str),
+    ("telemetry.otlpEndpoint", Kind::Str),
+    ("telemetry.otlpProtocol", Kind::Str),
+    ("telemetry.serviceName", Kind::Str),
+    ("audit.path", Kind::Str),
+    ("audit.onFailure", Kind::Str),
+    ("limits.maxBodyBytes", Kind::Num),
+    ("limits.headerReadTimeoutMs", Kind::Num),
+    ("limits.maxHeaders", Kind::Num),
+    ("limits.bodyReadTimeoutMs", Kind::Num),
+    ("limits.maxResponseBytes", Kind::Num),
+    ("limits.maxConnections", Kind::Num),
+    ("limits.drainTimeoutMs", Kind::Num),
+];
+
+/// Variables that start with `TOOLGATE_` but are not settings keys.
+const NOT_KEYS: &[&str] = &["TOOLGATE_LOG", "TOOLGATE_CONFIG"];
+
+/// The variable name of a settings path.
+pub fn var_name(path: &str) -> String {
+    let mut name = String::from("TOOLGATE");
+    for segment in path.split('.') {
+        name.push('_');
+        for c in segment.chars() {
+            if c.is_ascii_uppercase() {
+                name.push('_');
+            }
+            name.push(c.to_ascii_uppercase());
+        }
+    }
+    name
+}
+
+/// Applies every `TOOLGATE_*` variable to the settings tree. An unknown `TOOLGATE_*`
+/// variable is an error: a misspelt override must not be silently ignored.
+pub fn apply(
+    tree: &mut Value,
+    vars: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), (String, String)> {
+    for (name, raw) in vars {
+        if !name.starts_with("TOOLGATE_") || NOT_KEYS.contains(&name.as_str()) {
+            continue;
+        }
+        let Some((path, kind)) = KEYS.iter().find(|(path, _)| var_name(path) == name) else {
+            return Err((name, "unknown setting variable".into()));
+        };
+        let value = convert(&raw, *kind).map_err(|message| (name.clone(), message))?;
+        set(tree, path, value).map_err(|message| (name.clone(), message))?;
+    }
+    Ok(())
+}
+
+fn convert(raw: &str, kind: Kind) -> Result<Value, String> {
+    match kind {
+        Kind::Str => Ok(Value::String(raw.to_string())),
+        Kind::Bool => match raw {
+            "true" | "1" => Ok(Value::Bool(true)),
+            "false" | "0" => Ok(Value::Bool(false)),
+            _ => Err(format!("expected true or false, got {raw:?}")),
+        },
+        Kind::Num => raw
+            .parse::<u64>()
+            .map(Value::from)
+            .map_err(|_| format!("expected a whole number, got {raw:?}")),
+        Kind::List => Ok(Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_string()))
+                .collect(),
+        )),
+        Kind::Yaml => serde_yaml::from_str(raw).map_err(|e| e.to_string()),
+    }
+}
+
+fn set(tree: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let mut node = tree;
+    let mut segments = path.split('.').peekable();
+    while let Some(segment) = segments.next() {
+        if node.is_null() {
+            *node = Value::Object(Map::new());
+        }
+        let Value::Object(map) = node else {
+            return Err(format!("cannot set {path}: its parent is not a map"));
+        };
+        if segments.peek().is_none() {
+            map.insert(segment.to_string(), value);
+            return Ok(());
+        }
+        node = map.entry(segment.to_string()).or_insert(Value::Null);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Settings;
+    use super::*;
+
+    fn vars(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn names_follow_the_path() {
+        assert_eq!(
+            var_name("limits.maxBodyBytes"),
+            "TOOLGATE_LIMITS_MAX_BODY_BYTES"
+        );
+        assert_eq!(var_name("listen"), "TOOLGATE_LISTEN");
+    }
+
+    #[test]
+    fn overrides_win_over_the_file() {
+        let s = Settings::parse(
+            "t",
+            "upstream: http://a:1\nlimits: {maxHeaders: 5}",
+            vars(&[
+                ("TOOLGATE_UPSTREAM", "http://b:2"),
+                ("TOOLGATE_LIMITS_MAX_HEADERS", "7"),
+                ("TOOLGATE_POLICIES_FILES", "/a, /b"),
+                ("TOOLGATE_TLS_CERT", "c.pem"),
+                ("TOOLGATE_TLS_KEY", "k.pem"),
+                ("TOOLGATE_POLICIES_ALLOW_SHADOW", "true"),
+                ("PATH", "/bin"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.upstream, "http://b:2");
+        assert_eq!(s.limits.max_headers, 7);
+        assert_eq!(s.policies.files.len(), 2);
+        assert_eq!(s.tls.unwrap().cert.to_str(), Some("c.pem"));
+        assert!(s.policies.allow_shadow);
+    }
+
+    #[test]
+    fn misspelt_variable_is_an_error() {
+        let err = Settings::parse("t", "", vars(&[("TOOLGATE_LIMTS_MAX", "1")])).unwrap_err();
+        assert!(err.to_string().contains("TOOLGATE_LIMTS_MAX"));
+    }
+
+    /// Every leaf of a fully populated settings tree has a variable.
+    #[test]
+    fn every_key_has_a_variable() {
+        let mut s = Settings::default();
+        s.tls = Some(super::super::Tls {
+            cert: "c".into(),
+            key: "k".into(),
+            client_ca: Some("ca".into()),
+        });
+        s.identity.tokens = Some("t".into());
+        s.telemetry.otlp_endpoint = Some("e".into());
+        let tree = serde_json::to_value(&s).unwrap();
+        let mut leaves = Vec::new();
+        collect_leaves(&tree, String::new(), &mut leaves);
+        for leaf in leaves {
+            assert!(
+                KEYS.iter().any(|(k, _)| *k == leaf),
+                "settings key {leaf} has no TOOLGATE_* variable"
+            );
+        }
+    }
+
+    fn collect_leaves(value: &Value, prefix: String, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    collect_leaves(v, path, out);
+                }
+            }
+            _ => out.push(prefix),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The sidecar's settings (`toolgate.yaml`, DESIGN §5).
+//!
+//! camelCase keys, unknown keys rejected with their path, and every key overridable by a
+//! `TOOLGATE_*` variable (see [`env`]). Settings are read once at start; policies, tokens
+//! and certificates are the parts that reload.
+
+pub mod env;
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub upstream: String,
+    pub mcp: Mcp,
+    pub policies: Policies,
+    pub identity: Identity,
+    pub tls: Option<Tls>,
+    pub telemetry: Telemetry,
+    pub audit: Audit,
+    pub limits: Limits,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: SocketAddr::from(([0, 0, 0, 0], 15100)),
+            admin: SocketAddr::from(([0, 0, 0, 0], 15101)),
+            upstream: "http://127.0.0.1:8080".into(),
+            mcp: Mcp::default(),
+            policies: Policies::default(),
+            identity: Identity::default(),
+            tls: None,
+            telemetry: Telemetry::default(),
+            audit: Audit::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Mcp {
+    pub path: String,
+}
+
+impl Default for Mcp {
+    fn default() -> Self {
+        Mcp {
+            path: "/mcp".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Policies {
+    /// Files or folders of manifests, watched for changes.
+    pub files: Vec<PathBuf>,
+    /// A policy's `mode: shadow` is honoured only when this is true.
+    pub allow_shadow: bool,
+    pub kubernetes: Kubernetes,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Policies {
+            files: vec![PathBuf::from("/etc/toolgate/policies")],
+            allow_shadow: false,
+            kubernetes: Kubernetes::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Kubernetes {
+    pub enabled: bool,
+    pub namespace: String,
+    pub pod_labels_file: PathBuf,
+}
+
+impl Default for Kubernetes {
+    fn default() -> Self {
+        Kubernetes {
+            enabled: false,
+            namespace: "default".into(),
+            pod_labels_file: PathBuf::from("/etc/podinfo/labels"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Identity {
+    /// A YAML map of agent id → hex SHA-256 of its bearer token.
+    pub tokens: Option<PathBuf>,
+    pub jwt: Vec<JwtIssuer>,
+    pub task_issuers: Vec<TaskIssuer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JwtIssuer {
+    pub issuer: String,
+    pub audience: String,
+    pub jwks: PathBuf,
+    /// The claim that names the agent.
+    #[serde(default = "sub")]
+    pub agent_claim: String,
+}
+
+fn sub() -> String {
+    "sub".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskIssuer {
+    pub issuer: String,
+    pub jwks: PathBuf,
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Turns on mTLS: a client certificate signed by this CA is required and names the agent.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OtlpProtocol {
+    #[default]
+    Grpc,
+    Http,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Telemetry {
+    /// No endpoint: no spans are exported.
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: OtlpProtocol,
+    pub service_name: String,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Telemetry {
+            otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::Grpc,
+            service_name: "toolgate".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    #[default]
+    FailClosed,
+    FailOpen,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Audit {
+    /// `stdout`, a file path, or `off`.
+    pub path: String,
+    pub on_failure: OnFailure,
+}
+
+impl Default for Audit {
+    fn default() -> Self {
+        Audit {
+            path: "stdout".into(),
+            on_failure: OnFailure::FailClosed,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub header_read_timeout_ms: u64,
+    pub max_headers: usize,
+    /// Time a client has to send its whole body once the headers are in.
+    pub body_read_timeout_ms: u64,
+    /// Largest backend response toolgate buffers to shape (`output`/`redact`).
+    pub max_response_bytes: usize,
+    /// Open agent connections at most; further connections wait in the accept backlog.
+    pub max_connections: usize,
+    /// How long shutdown waits for in-flight calls.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 1 << 20,
+            header_read_timeout_ms: 5000,
+            max_headers: 100,
+            body_read_timeout_ms: 10_000,
+            max_response_bytes: 8 << 20,
+            max_connections: 4096,
+            drain_timeout_ms: 15_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("cannot read settings file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{origin}: {field}: {message}")]
+    Invalid {
+        origin: String,
+        field: String,
+        message: String,
+    },
+}
+
+impl Settings {
+    /// Reads `file` (when given) and applies the `TOOLGATE_*` variables of `vars`.
+    pub fn load(
+        file: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, SettingsError> {
+        let (origin, text) = match file {
+            Some(path) => (
+                path.display().to_string(),
+                std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?,
+            ),
+            None => ("defaults".to_string(), String::new()),
+        };
+        Settings::parse(&origin, &text, vars)
+    }
+
+    pub fn parse(
+        origin: &str,
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, SettingsError> {
+        let invalid = |field: String, message: String| SettingsError::Invalid {
+            origin: origin.to_string(),
+            field,
+            message,
+        };
+        let mut tree: serde_json::Value = if text.trim().is_empty() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            serde_yaml::from_str(text).map_err(|e| invalid("(document)".into(), e.to_string()))?
+        };
+        env::apply(&mut tree, vars).map_err(|(field, message)| invalid(field, message))?;
+        serde_path_to_error::deserialize(tree).map_err(|e| {
+            let path = e.path().to_string();
+            invalid(path, e.into_inner().to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none() -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    #[test]
+    fn defaults_match_the_design() {
+        let s = Settings::parse("t", "", none()).unwrap();
+        assert_eq!(s.listen.port(), 15100);
+        assert_eq!(s.admin.port(), 15101);
+        assert_eq!(s.mcp.path, "/mcp");
+        assert_eq!(s.limits.max_body_bytes, 1_048_576);
+        assert_eq!(s.audit.on_failure, OnFailure::FailClosed);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_path() {
+        let err = Settings::parse("t.yaml", "limits: {maxBodyByte: 3}", none()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("limits"), "{text}");
+        assert!(text.contains("maxBodyByte"), "{text}");
+    }
+
+    #[test]
+    fn full_design_example_parses() {
+        let text = r#"
+listen: 0.0.0.0:15100
+admin: 0.0.0.0:15101
+upstream: http://127.0.0.1:8080
+mcp: {path: /mcp}
+policies:
+  files: [/etc/toolgate/policies]
+  allowShadow: false
+  kubernetes: {enabled: false, namespace: default, podLabelsFile: /etc/podinfo/labels}
+identity:
+  tokens: /etc/toolgate/tokens.yaml
+  jwt: [{issuer: a, audience: b, jwks: /etc/toolgate/jwks.json}]
+  taskIssuers: [{issuer: orchestrator, jwks: /etc/toolgate/task-jwks.json}]
+tls: {cert: c, key: k, clientCa: ca}
+telemetry: {otlpEndpoint: "http://jaeger-collector:4317", otlpProtocol: grpc, serviceName: orders}
+audit: {path: stdout, onFailure: fail_closed}
+limits: {maxBodyBytes: 1048576, headerReadTimeoutMs: 5000, maxHeaders: 100}
+"#;
+        let s = Settings::parse("t", text, none()).unwrap();
+        assert_eq!(s.telemetry.service_name, "orders");
+        assert_eq!(s.identity.jwt[0].agent_claim, "sub");
+    }
+}

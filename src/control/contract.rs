@@ -1,0 +1,91 @@
+//! A `ToolContract` compiled for the hot path: schemas built, the binding parsed, the
+//! defaults of the spec resolved. Built once per snapshot, shared by every request.
+
+use http::Method;
+use std::time::Duration;
+
+use super::redact::Redaction;
+use super::schema::Schema;
+use crate::crd::ToolContractSpec;
+
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(600);
+
+#[derive(Debug)]
+pub struct Contract {
+    /// `ToolContract/name`, for errors and `/config`.
+    pub object: String,
+    pub tool: String,
+    pub description: Option<String>,
+    pub http: Option<(Method, String)>,
+    pub input: Schema,
+    pub output: Option<Schema>,
+    pub redact: Vec<Redaction>,
+    pub idempotent: bool,
+    pub dedupe_window: Duration,
+    pub timeout: Duration,
+    pub capture_arguments: bool,
+}
+
+/// A field of the spec that can't be compiled: `(field path, message)`.
+pub type FieldError = (String, String);
+
+impl Contract {
+    pub fn compile(object: String, spec: &ToolContractSpec) -> Result<Contract, FieldError> {
+        if spec.tool.is_empty() {
+            return Err(("spec.tool".into(), "must not be empty".into()));
+        }
+        let http = match &spec.http {
+            Some(binding) => {
+                let method = Method::from_bytes(binding.method.to_ascii_uppercase().as_bytes())
+                    .map_err(|_| {
+                        (
+                            "spec.http.method".to_string(),
+                            "not an HTTP method".to_string(),
+                        )
+                    })?;
+                if !binding.path.starts_with('/') {
+                    return Err(("spec.http.path".into(), "must start with /".into()));
+                }
+                Some((method, binding.path.clone()))
+            }
+            None => None,
+        };
+        let input = Schema::compile(&spec.input).map_err(|e| ("spec.input".to_string(), e))?;
+        let output = match &spec.output {
+            Some(raw) => Some(Schema::compile(raw).map_err(|e| ("spec.output".to_string(), e))?),
+            None => None,
+        };
+        let redact = spec
+            .redact
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Redaction::compile(p).map_err(|e| (format!("spec.redact[{i}]"), e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let idempotent = spec.idempotent.unwrap_or(match &http {
+            Some((method, _)) => !matches!(*method, Method::POST | Method::PATCH),
+            None => false,
+        });
+        let timeout = match spec.timeout_ms {
+            Some(0) => return Err(("spec.timeoutMs".into(), "must be positive".into())),
+            Some(ms) => Duration::from_millis(ms),
+            None => DEFAULT_TIMEOUT,
+        };
+        Ok(Contract {
+            object,
+            tool: spec.tool.clone(),
+            description: spec.description.clone(),
+            http,
+            input,
+            output,
+            redact,
+            idempotent,
+            dedupe_window: spec
+                .dedupe_window_seconds
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_DEDUPE_WINDOW),
+            timeout,
+            capture_arguments: spec.capture_arguments,
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! An `AgentPolicy` compiled for the hot path: tool grants in a map, rules compiled,
+//! quotas resolved. Shadow mode is resolved here against `policies.allowShadow`, so the
+//! pipeline never has to ask whether a shadow policy is honoured.
+
+use std::collections::HashMap;
+
+use super::contract::FieldError;
+use super::rule::CompiledRule;
+use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
+
+#[derive(Debug)]
+pub struct Policy {
+    pub object: String,
+    pub agents: Vec<String>,
+    pub enabled: bool,
+    /// `mode: shadow` and the sidecar allows it.
+    pub shadow: bool,
+    pub rate_limit: Option<RateLimit>,
+    pub session: Option<SessionLimits>,
+    pub grants: HashMap<String, Grant>,
+    pub mcp_methods: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct Grant {
+    pub rate_limit: Option<RateLimit>,
+    pub rules: Vec<CompiledRule>,
+}
+
+impl Policy {
+    pub fn compile(
+        object: String,
+        spec: &AgentPolicySpec,
+        allow_shadow: bool,
+    ) -> Result<Policy, FieldError> {
+        if spec.agents.is_empty() {
+            return Err(("spec.agents".into(), "must name at least one agent".into()));
+        }
+        check_rate("spec.rateLimit", spec.rate_limit.as_ref())?;
+        let mut grants = HashMap::new();
+        for (i, tool) in spec.tools.iter().enumerate() {
+            let at = format!("spec.tools[{i}]");
+            check_rate(&format!("{at}.rateLimit"), tool.rate_limit.as_ref())?;
+            let rules = tool
+                .rules
+                .iter()
+                .enumerate()
+                .map(|(j, rule)| {
+                    CompiledRule::compile(rule).map_err(|e| (format!("{at}.rules[{j}].expr"), e))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let grant = Grant {
+                rate_limit: tool.rate_limit,
+                rules,
+            };
+            if grants.insert(tool.name.clone(), grant).is_some() {
+                return Err((
+                    format!("{at}.name"),
+                    format!("tool {} is listed twice", tool.name),
+                ));
+            }
+        }
+        for (i, method) in spec.mcp_methods.iter().enumerate() {
+            if method.starts_with("tools/") {
+                return Err((
+                    format!("spec.mcpMethods[{i}]"),
+                    "tools/* is governed per tool through spec.tools".into(),
+                ));
+            }
+        }
+        Ok(Policy {
+            object,
+            agents: spec.agents.clone(),
+            enabled: spec.enabled,
+            shadow: spec.mode == Mode::Shadow && allow_shadow,
+            rate_limit: spec.rate_limit,
+            session: spec.session,
+            grants,
+            mcp_methods: spec.mcp_methods.clone(),
+        })
+    }
+
+    /// Whether the policy lets the agent use an MCP method other than `tools/*`
+    /// (`resources/read`, …): an exact entry or a `prefix/*` entry.
+    pub fn allows_method(&self, method: &str) -> bool {
+        self.mcp_methods.iter().any(|m| match m.strip_suffix('*') {
+            Some(prefix) => method.starts_with(prefix),
+            None => m == method,
+        })
+    }
+}
+
+fn check_rate(at: &str, rate: Option<&RateLimit>) -> Result<(), FieldError> {
+    let Some(rate) = rate else { return Ok(()) };
+    match (rate.per_second, rate.per_minute) {
+        (Some(_), Some(_)) => Err((at.into(), "set perSecond or perMinute, not both".into())),
+        (None, None) => Err((at.into(), "set perSecond or perMinute".into())),
+        (Some(0), _) | (_, Some(0)) => Err((at.into(), "a rate must be positive".into())),
+        _ if rate.burst == Some(0) => Err((format!("{at}.burst"), "must be positive".into())),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,299 @@
+//! The immutable, compiled policy state a request reads: contracts, routes, policies.
+//!
+//! `Snapshot::build` is pure (no I/O) and deterministic: objects are taken in key order,
+//! every schema, rule and route compiled here, and each object that can't be used comes
+//! back as an error naming it. The caller decides whether errors block the whole change
+//! (files) or only the bad object (cluster).
+
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+
+use super::contract::Contract;
+use super::policy::Policy;
+use super::routes::Routes;
+use crate::crd::{LabelSelector, Manifest, ManifestError, Object};
+
+/// Index of a contract in [`Snapshot::contracts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ToolId(pub usize);
+
+#[derive(Debug)]
+pub struct Snapshot {
+    pub version: u64,
+    /// SHA-256 of the objects it was built from, so two sidecars can compare what they enforce.
+    pub digest: String,
+    pub contracts: Vec<Contract>,
+    pub policies: Vec<Policy>,
+    pub routes: Routes,
+    by_tool: HashMap<String, ToolId>,
+    by_agent: HashMap<String, usize>,
+}
+
+/// What the build needs from the sidecar's settings and environment.
+#[derive(Debug, Clone, Default)]
+pub struct BuildOptions {
+    pub allow_shadow: bool,
+    /// The pod's labels; `None` outside a cluster, where `workloadSelector` is ignored.
+    pub pod_labels: Option<BTreeMap<String, String>>,
+}
+
+impl Snapshot {
+    pub fn build(
+        objects: &[Object],
+        opts: &BuildOptions,
+        version: u64,
+    ) -> (Snapshot, Vec<ManifestError>) {
+        let mut sorted: Vec<&Object> = objects
+            .iter()
+            .filter(|o| selected(o, opts.pod_labels.as_ref()))
+            .collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+
+        let mut errors = Vec::new();
+        let fail = |o: &Object, field: String, message: String| ManifestError {
+            origin: o.origin.clone(),
+            object: Some(format!("{}/{}", o.key.kind, o.key.name)),
+            field: Some(field),
+            message,
+        };
+        let mut digest = Sha256::new();
+        let mut contracts = Vec::new();
+        let mut by_tool = HashMap::new();
+        let mut routes = Routes::default();
+        for o in &sorted {
+            let Manifest::ToolContract(spec) = &o.manifest else {
+                continue;
+            };
+            digest.update(o.key.to_string());
+            digest.update(serde_json::to_vec(spec).unwrap_or_default());
+            let contract = match Contract::compile(format!("ToolContract/{}", o.key.name), spec) {
+                Ok(c) => c,
+                Err((field, message)) => {
+                    errors.push(fail(o, field, message));
+                    continue;
+                }
+            };
+            if let Some(&ToolId(other)) = by_tool.get(&contract.tool) {
+                let other: &Contract = &contracts[other];
+                errors.push(fail(
+                    o,
+                    "spec.tool".into(),
+                    format!(
+                        "tool {} is already defined by {}",
+                        contract.tool, other.object
+                    ),
+                ));
+                continue;
+            }
+            let id = ToolId(contracts.len());
+            if let Some((method, path)) = &contract.http {
+                if let Err(message) = routes.insert(method, path, id) {
+                    errors.push(fail(o, "spec.http".into(), message));
+                    continue;
+                }
+            }
+            by_tool.insert(contract.tool.clone(), id);
+            contracts.push(contract);
+        }
+
+        let mut policies = Vec::new();
+        let mut by_agent = HashMap::new();
+        for o in &sorted {
+            let Manifest::AgentPolicy(spec) = &o.manifest else {
+                continue;
+            };
+            digest.update(o.key.to_string());
+            digest.update(serde_json::to_vec(spec).unwrap_or_default());
+            let policy = match Policy::compile(
+                format!("AgentPolicy/{}", o.key.name),
+                spec,
+                opts.allow_shadow,
+            ) {
+                Ok(p) => p,
+                Err((field, message)) => {
+                    errors.push(fail(o, field, message));
+                    continue;
+                }
+            };
+            if let Some((i, tool)) = spec
+                .tools
+                .iter()
+                .enumerate()
+                .find(|(_, t)| !by_tool.contains_key(&t.name))
+            {
+                errors.push(fail(
+                    o,
+                    format!("spec.tools[{i}].name"),
+                    format!("no ToolContract defines tool {}", tool.name),
+                ));
+                continue;
+            }
+            if let Some((i, agent)) = spec
+                .agents
+                .iter()
+                .enumerate()
+                .find(|(_, a)| by_agent.contains_key(*a))
+            {
+                let other: &Policy = &policies[by_agent[agent]];
+                errors.push(fail(
+                    o,
+                    format!("spec.agents[{i}]"),
+                    format!("agent {agent} is already governed by {}", other.object),
+                ));
+                continue;
+            }
+            for agent in &policy.agents {
+                by_agent.insert(agent.clone(), policies.len());
+            }
+            policies.push(policy);
+        }
+
+        let snapshot = Snapshot {
+            version,
+            digest: hex::encode(digest.finalize()),
+            contracts,
+            policies,
+            routes,
+            by_tool,
+            by_agent,
+        };
+        (snapshot, errors)
+    }
+
+    pub fn tool(&self, name: &str) -> Option<ToolId> {
+        self.by_tool.get(name).copied()
+    }
+
+    pub fn contract(&self, id: ToolId) -> &Contract {
+        &self.contracts[id.0]
+    }
+
+    pub fn policy_for(&self, agent: &str) -> Option<&Policy> {
+        self.by_agent.get(agent).map(|&i| &self.policies[i])
+    }
+
+    /// Object names, for `/config`.
+    pub fn object_names(&self) -> Vec<String> {
+        self.contracts
+            .iter()
+            .map(|c| c.object.clone())
+            .chain(self.policies.iter().map(|p| p.object.clone()))
+            .collect()
+    }
+}
+
+fn selected(o: &Object, labels: Option<&BTreeMap<String, String>>) -> bool {
+    let selector: Option<&LabelSelector> = match &o.manifest {
+        Manifest::ToolContract(spec) => spec.workload_selector.as_ref(),
+        Manifest::AgentPolicy(spec) => spec.workload_selector.as_ref(),
+    };
+    match (selector, labels) {
+        (Some(selector), Some(labels)) => selector.matches(labels),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::parse_documents;
+
+    fn mk_objects(text: &str) -> Vec<Object> {
+        let (objects, errors) = parse_documents("t.yaml", text);
+        assert!(errors.is_empty(), "{errors:?}");
+        objects
+    }
+
+    const BASE: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: read-logs}
+spec:
+  tool: read_logs
+  http: {method: GET, path: "/logs/{service}"}
+  input: {type: object}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: read_logs}]
+"#;
+
+    #[test]
+    fn builds_routes_and_policies() {
+        let (s, errors) = Snapshot::build(&mk_objects(BASE), &BuildOptions::default(), 1);
+        assert!(errors.is_empty(), "{errors:?}");
+        let id = s.tool("read_logs").unwrap();
+        assert_eq!(
+            s.routes
+                .find(&http::Method::GET, "/logs/orders")
+                .unwrap()
+                .tool,
+            id
+        );
+        assert!(s
+            .policy_for("ops-bot")
+            .unwrap()
+            .grants
+            .contains_key("read_logs"));
+        assert_eq!(
+            s.object_names(),
+            vec!["ToolContract/read-logs", "AgentPolicy/ops-bot"]
+        );
+    }
+
+    #[test]
+    fn policy_naming_an_unknown_tool_is_an_error() {
+        let text = BASE.replace("tools: [{name: read_logs}]", "tools: [{name: nope}]");
+        let (s, errors) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
+        assert_eq!(errors[0].field.as_deref(), Some("spec.tools[0].name"));
+        assert!(s.policy_for("ops-bot").is_none());
+    }
+
+    #[test]
+    fn bad_schema_and_bad_rule_name_their_field() {
+        let text = BASE.replace("input: {type: object}", "input: {type: 7}");
+        let (_, errors) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
+        assert_eq!(errors[0].field.as_deref(), Some("spec.input"));
+        let text = BASE.replace(
+            "{name: read_logs}",
+            "{name: read_logs, rules: [{name: r, expr: 'args.x >'}]}",
+        );
+        let (_, errors) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
+        assert_eq!(
+            errors[0].field.as_deref(),
+            Some("spec.tools[0].rules[0].expr")
+        );
+        assert_eq!(errors[0].object.as_deref(), Some("AgentPolicy/ops-bot"));
+    }
+
+    #[test]
+    fn same_objects_same_digest() {
+        let (a, _) = Snapshot::build(&mk_objects(BASE), &BuildOptions::default(), 1);
+        let mut reversed = mk_objects(BASE);
+        reversed.reverse();
+        let (b, _) = Snapshot::build(&reversed, &BuildOptions::default(), 2);
+        assert_eq!(a.digest, b.digest);
+    }
+
+    #[test]
+    fn workload_selector_filters_in_cluster() {
+        let text = BASE
+            .replace(
+                "  tool: read_logs\n",
+                "  tool: read_logs\n  workloadSelector: {matchLabels: {app: logs}}\n",
+            )
+            .replace("tools: [{name: read_logs}]", "tools: []");
+        let labels = BTreeMap::from([("app".to_string(), "orders".to_string())]);
+        let opts = BuildOptions {
+            allow_shadow: false,
+            pod_labels: Some(labels),
+        };
+        let (s, _) = Snapshot::build(&mk_objects(&text), &opts, 1);
+        assert!(s.tool("read_logs").is_none());
+        let (s, _) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
+        assert!(s.tool("read_logs").is_some());
+    }
+}

@@ -1,0 +1,248 @@
+//! Multi-document YAML → typed objects, with errors that name the file, the object and
+//! the field path, so a service owner can fix a manifest without guessing.
+
+use serde::Deserialize;
+use serde_yaml::Value as Yaml;
+use std::fmt;
+
+use super::{AgentPolicySpec, ToolContractSpec, API_VERSION};
+
+/// Which object: kind + namespace + name. Two sources never share a key.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}/{}", self.kind, self.name)
+        } else {
+            write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub enum Manifest {
+    ToolContract(ToolContractSpec),
+    AgentPolicy(AgentPolicySpec),
+}
+
+/// One parsed object and where it came from (a file path, or `cluster`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub key: ObjectKey,
+    pub origin: String,
+    pub manifest: Manifest,
+}
+
+/// A manifest that can't be used, located as precisely as the input allows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    pub origin: String,
+    /// `Kind/name` when known.
+    pub object: Option<String>,
+    /// A dotted field path such as `spec.tools[0].rules[1].expr`.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.origin)?;
+        if let Some(object) = &self.object {
+            write!(f, ": {object}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": {field}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope {
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: Metadata,
+    spec: Option<Yaml>,
+}
+
+#[derive(Deserialize, Default)]
+struct Metadata {
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+/// Parses every document of one YAML text. Empty documents are skipped; each bad document
+/// yields its own error while the good ones are still returned.
+pub fn parse_documents(origin: &str, text: &str) -> (Vec<Object>, Vec<ManifestError>) {
+    let mut objects = Vec::new();
+    let mut errors = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let err = |object: Option<String>, field: Option<String>, message: String| ManifestError {
+            origin: origin.to_string(),
+            object,
+            field,
+            message,
+        };
+        let value = match Yaml::deserialize(document) {
+            Ok(Yaml::Null) => continue,
+            Ok(value) => value,
+            Err(e) => {
+                errors.push(err(
+                    Some(format!("document {}", index + 1)),
+                    None,
+                    e.to_string(),
+                ));
+                // A syntax error leaves the stream unusable past this point.
+                break;
+            }
+        };
+        match parse_object(origin, value) {
+            Ok(object) => objects.push(object),
+            Err((object, field, message)) => errors.push(err(object, field, message)),
+        }
+    }
+    (objects, errors)
+}
+
+type Located = (Option<String>, Option<String>, String);
+
+fn parse_object(origin: &str, value: Yaml) -> Result<Object, Located> {
+    let envelope: Envelope =
+        serde_yaml::from_value(value).map_err(|e| (None, None, format!("not a manifest: {e}")))?;
+    let kind = envelope
+        .kind
+        .ok_or((None, Some("kind".into()), "missing".into()))?;
+    let name = envelope.metadata.name.ok_or((
+        Some(kind.clone()),
+        Some("metadata.name".into()),
+        "missing".into(),
+    ))?;
+    let object = Some(format!("{kind}/{name}"));
+    if envelope.api_version.as_deref() != Some(API_VERSION) {
+        return Err((
+            object,
+            Some("apiVersion".into()),
+            format!("must be {API_VERSION}"),
+        ));
+    }
+    let spec = envelope
+        .spec
+        .ok_or((object.clone(), Some("spec".into()), "missing".into()))?;
+    let (kind, manifest) = match kind.as_str() {
+        "ToolContract" => (
+            "ToolContract",
+            Manifest::ToolContract(spec_of(spec, &object)?),
+        ),
+        "AgentPolicy" => (
+            "AgentPolicy",
+            Manifest::AgentPolicy(spec_of(spec, &object)?),
+        ),
+        other => {
+            return Err((
+                object,
+                Some("kind".into()),
+                format!("unknown kind {other:?} (expected ToolContract or AgentPolicy)"),
+            ))
+        }
+    };
+    Ok(Object {
+        key: ObjectKey {
+            kind,
+            namespace: envelope.metadata.namespace.unwrap_or_default(),
+            name,
+        },
+        origin: origin.to_string(),
+        manifest,
+    })
+}
+
+fn spec_of<T: serde::de::DeserializeOwned>(
+    spec: Yaml,
+    object: &Option<String>,
+) -> Result<T, Located> {
+    serde_path_to_error::deserialize(spec).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "spec".to_string()
+        } else {
+            format!("spec.{path}")
+        };
+        (object.clone(), Some(field), e.into_inner().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: read-logs}
+spec:
+  tool: read_logs
+  http: {method: GET, path: "/logs/{service}"}
+  input: {type: object}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: read_logs}]
+"#;
+
+    #[test]
+    fn parses_many_documents() {
+        let (objects, errors) = parse_documents("a.yaml", GOOD);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(objects.len(), 2);
+        assert_eq!(objects[0].key.to_string(), "ToolContract/read-logs");
+        assert!(matches!(objects[1].manifest, Manifest::AgentPolicy(ref p) if p.enabled));
+    }
+
+    #[test]
+    fn unknown_field_names_its_path() {
+        let text = GOOD.replace(
+            "tools: [{name: read_logs}]",
+            "tools: [{name: read_logs, ruls: []}]",
+        );
+        let (objects, errors) = parse_documents("a.yaml", &text);
+        assert_eq!(objects.len(), 1);
+        let e = &errors[0];
+        assert_eq!(e.object.as_deref(), Some("AgentPolicy/ops-bot"));
+        assert_eq!(e.field.as_deref(), Some("spec.tools[0].ruls"));
+        assert!(e.message.contains("ruls"), "{}", e.message);
+    }
+
+    #[test]
+    fn wrong_api_version_and_kind_are_errors() {
+        let text = GOOD.replace(
+            "toolgate.dev/v1alpha1\nkind: ToolContract",
+            "v1\nkind: ToolContract",
+        );
+        let (_, errors) = parse_documents("a.yaml", &text);
+        assert_eq!(errors[0].field.as_deref(), Some("apiVersion"));
+        let text = GOOD.replace("kind: AgentPolicy", "kind: Gadget");
+        let (_, errors) = parse_documents("a.yaml", &text);
+        assert!(errors[0].message.contains("Gadget"));
+    }
+
+    #[test]
+    fn syntax_error_is_reported_not_panicked() {
+        let (_, errors) = parse_documents("b.yaml", "kind: [unclosed");
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().starts_with("b.yaml"));
+    }
+}

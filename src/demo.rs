@@ -1,0 +1,3 @@
+pub async fn run() -> anyhow::Result<std::process::ExitCode> {
+    anyhow::bail!("demo pending")
+}

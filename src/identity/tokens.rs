@@ -1,0 +1,123 @@
+//! Static bearer tokens: a YAML map of agent id → hex SHA-256 of the agent's token.
+//!
+//! Only digests are stored, so the file is not a secret. A presented token is hashed,
+//! looked up by digest, and the digest compared again with `subtle`'s constant-time
+//! equality. The lookup itself can only leak how much of SHA-256(guess) matches a stored
+//! digest, which says nothing about any token.
+
+use arc_swap::ArcSwap;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use subtle::ConstantTimeEq;
+
+#[derive(Debug, Default)]
+pub struct TokenTable {
+    by_digest: HashMap<[u8; 32], Arc<str>>,
+}
+
+impl TokenTable {
+    pub fn parse(text: &str) -> Result<TokenTable, String> {
+        let map: HashMap<String, String> = if text.trim().is_empty() {
+            HashMap::new()
+        } else {
+            serde_yaml::from_str(text)
+                .map_err(|e| format!("expected a map of agent id to SHA-256: {e}"))?
+        };
+        let mut by_digest = HashMap::new();
+        for (agent, digest) in map {
+            let hex_digest = digest.strip_prefix("sha256:").unwrap_or(&digest);
+            let bytes: [u8; 32] = hex::decode(hex_digest)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("{agent}: not a hex SHA-256 digest"))?;
+            if by_digest.insert(bytes, Arc::from(agent.as_str())).is_some() {
+                return Err(format!("{agent}: the same token digest is listed twice"));
+            }
+        }
+        Ok(TokenTable { by_digest })
+    }
+
+    /// The agent whose token this is.
+    pub fn agent(&self, token: &str) -> Option<Arc<str>> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let (stored, agent) = self.by_digest.get_key_value(&digest)?;
+        bool::from(stored.ct_eq(&digest)).then(|| agent.clone())
+    }
+}
+
+/// The token table, reloaded when its file changes.
+pub struct Tokens {
+    table: ArcSwap<TokenTable>,
+}
+
+impl Tokens {
+    pub fn new(table: TokenTable) -> Tokens {
+        Tokens {
+            table: ArcSwap::from_pointee(table),
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Tokens, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Tokens::new(
+            TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+        ))
+    }
+
+    pub fn agent(&self, token: &str) -> Option<Arc<str>> {
+        self.table.load().agent(token)
+    }
+
+    /// Re-reads the file when it changes; a bad edit keeps the previous table.
+    pub async fn watch(self: Arc<Self>, path: PathBuf) {
+        let mut last = std::fs::read(&path).ok();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let now = std::fs::read(&path).ok();
+            if now == last {
+                continue;
+            }
+            last = now;
+            match Tokens::load(&path) {
+                Ok(fresh) => {
+                    self.table.store(fresh.table.load_full());
+                    tracing::info!(path = %path.display(), "agent tokens reloaded");
+                }
+                Err(error) => {
+                    tracing::error!(%error, "agent tokens not reloaded; keeping the previous ones")
+                }
+            }
+        }
+    }
+}
+
+/// Hex SHA-256 of a token, the form the tokens file stores.
+pub fn digest_hex(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_agent_by_token() {
+        let text = format!(
+            "ops-bot: {}\nother: sha256:{}\n",
+            digest_hex("s3cret"),
+            digest_hex("x")
+        );
+        let table = TokenTable::parse(&text).unwrap();
+        assert_eq!(table.agent("s3cret").as_deref(), Some("ops-bot"));
+        assert_eq!(table.agent("x").as_deref(), Some("other"));
+        assert!(table.agent("s3cre").is_none());
+    }
+
+    #[test]
+    fn rejects_a_bad_digest() {
+        assert!(TokenTable::parse("a: 1234").is_err());
+    }
+}

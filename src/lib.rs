@@ -1,0 +1,17 @@
+//! toolgate: a deterministic gateway for AI-agent tool calls.
+//!
+//! The data plane ([`proxy`]) runs every call through typed stages against an immutable
+//! compiled [`control::Snapshot`]; the control plane ([`control`]) builds snapshots from
+//! policy sources; [`audit`] and [`telemetry`] record every decision.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod audit;
+pub mod check;
+pub mod config;
+pub mod control;
+pub mod crd;
+pub mod identity;
+pub mod proxy;
+pub mod sidecar;
+pub mod telemetry;

@@ -1,0 +1,137 @@
+//! The `toolgate` command line (DESIGN §1).
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use toolgate::config::Settings;
+use toolgate::sidecar::Sidecar;
+
+mod demo;
+
+#[derive(Parser)]
+#[command(
+    name = "toolgate",
+    version,
+    about = "A deterministic gateway for AI-agent tool calls"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the sidecar.
+    Run {
+        /// Settings file; default ./toolgate.yaml when present.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// A self-contained tour on loopback: example backend, sidecar, scripted agent.
+    Demo,
+    /// Lint ToolContract/AgentPolicy manifests offline.
+    Check {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Audit log tools.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Verify an audit log's hash chain.
+    Verify { file: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
+        Command::Demo => runtime().and_then(|rt| rt.block_on(demo::run())),
+        Command::Check { paths } => Ok(check(&paths)),
+        Command::Audit {
+            command: AuditCommand::Verify { file },
+        } => verify(&file),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("toolgate: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+async fn run(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    init_logs("info");
+    let default = Path::new("toolgate.yaml");
+    let file = config.or_else(|| default.exists().then(|| default.to_path_buf()));
+    let settings = Settings::load(file.as_deref(), std::env::vars())?;
+    let sidecar = Sidecar::start(settings).await?;
+    shutdown_signal()
+        .await
+        .context("installing signal handlers")?;
+    tracing::info!("shutdown requested; draining");
+    sidecar.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {},
+        result = tokio::signal::ctrl_c() => result?,
+    }
+    Ok(())
+}
+
+fn check(paths: &[PathBuf]) -> ExitCode {
+    let report = toolgate::check::check(paths);
+    for error in &report.errors {
+        println!("error: {error}");
+    }
+    if report.errors.is_empty() {
+        println!("ok: {} objects in {} files", report.objects, report.files);
+        ExitCode::SUCCESS
+    } else {
+        println!("{} errors", report.errors.len());
+        ExitCode::from(1)
+    }
+}
+
+fn verify(file: &Path) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    match toolgate::audit::verify::verify(&text) {
+        Ok(n) => {
+            println!("ok: {n} records, chain intact");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(broken) => {
+            println!("broken at line {}: {}", broken.line, broken.reason);
+            Ok(ExitCode::from(1))
+        }
+    }
+}

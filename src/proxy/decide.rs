@@ -1,0 +1,60 @@
+//! The decision shared by REST and MCP once a call's tool, caller and arguments are
+//! known: authorize → validate → rules. Order matters: rules read the validated
+//! arguments with defaults filled, so they never see input the schema would refuse.
+
+use http::HeaderMap;
+use serde_json::{json, Map, Value};
+
+use crate::control::contract::Contract;
+use crate::control::policy::Policy;
+use crate::control::rule::Bindings;
+use crate::proxy::reject::{Code, Reject};
+use crate::proxy::stage::authorize::authorize;
+use crate::proxy::stage::identify::Agent;
+use crate::proxy::stage::rules;
+use crate::proxy::stage::validate::{validate, Arguments};
+
+/// What rules may read of the request, besides arguments and identity.
+pub struct RequestView<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub session: Option<&'a str>,
+}
+
+pub fn decide(
+    policy: &Policy,
+    agent: &Agent,
+    contract: &Contract,
+    args: Value,
+    request: &RequestView<'_>,
+) -> Result<Arguments, Reject> {
+    let permit = authorize(policy, &agent.id, &contract.tool)?;
+    let args = validate(contract, args)?;
+    if !permit.grant.rules.is_empty() {
+        let bindings = Bindings::new(
+            &args.value,
+            &agent.cel_value(),
+            None,
+            &json!({"id": request.session, "calls": 0}),
+            &json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}),
+        )
+        .map_err(|e| Reject::new(Code::InvalidArguments, format!("the arguments can't be checked by rules: {e}")))?;
+        rules::check(permit.grant, &bindings)?;
+    }
+    Ok(args)
+}
+
+/// Request headers as rules see them: lowercase names, text values, no credentials.
+fn visible_headers(headers: &HeaderMap) -> Value {
+    let mut map = Map::new();
+    for (name, value) in headers {
+        if name == http::header::AUTHORIZATION || name.as_str() == crate::proxy::headers::TASK {
+            continue;
+        }
+        if let Ok(text) = value.to_str() {
+            map.insert(name.as_str().to_string(), Value::String(text.to_string()));
+        }
+    }
+    Value::Object(map)
+}

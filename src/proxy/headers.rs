@@ -1,0 +1,155 @@
+//! Header names of DESIGN §3 and the filtering of what crosses the gateway.
+//!
+//! Inbound `X-Toolgate-*` headers are dropped before anything else reads them, so an agent
+//! can't claim a decision, an identity or a session it doesn't have; the credential and
+//! hop-by-hop headers never reach the backend.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+pub const DECISION: &str = "x-toolgate-decision";
+pub const CODE: &str = "x-toolgate-code";
+pub const AGENT: &str = "x-toolgate-agent";
+pub const SESSION: &str = "x-toolgate-session";
+pub const TOOL: &str = "x-toolgate-tool";
+pub const TASK: &str = "x-toolgate-task";
+pub const REPLAYED: &str = "x-toolgate-replayed";
+pub const MCP_SESSION: &str = "mcp-session-id";
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub const TRACEPARENT: &str = "traceparent";
+
+const PREFIX: &str = "x-toolgate-";
+
+/// Longest accepted session id; longer ones are malformed, not truncated.
+pub const MAX_SESSION_ID: usize = 256;
+
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in HOP_BY_HOP.iter().chain(named.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// Removes every `X-Toolgate-*` header.
+pub fn strip_toolgate(headers: &mut HeaderMap) {
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with(PREFIX))
+        .cloned()
+        .collect();
+    for name in names {
+        headers.remove(name);
+    }
+}
+
+/// The headers a backend receives: the agent's, cleaned, plus who/what/which session.
+pub fn to_backend(
+    inbound: &HeaderMap,
+    agent: &str,
+    session: Option<&str>,
+    tool: &str,
+) -> HeaderMap {
+    let mut headers = inbound.clone();
+    strip_hop_by_hop(&mut headers);
+    strip_toolgate(&mut headers);
+    headers.remove(header::AUTHORIZATION);
+    headers.remove(header::CONTENT_LENGTH);
+    for (name, value) in [(AGENT, Some(agent)), (SESSION, session), (TOOL, Some(tool))] {
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+    }
+    headers
+}
+
+/// The session id the agent named (`Mcp-Session-Id` first, then `X-Toolgate-Session`),
+/// read before the inbound `X-Toolgate-*` headers are stripped. `Err` when it is unusable.
+pub fn session_id(headers: &HeaderMap) -> Result<Option<String>, String> {
+    let Some(value) = headers.get(MCP_SESSION).or_else(|| headers.get(SESSION)) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| "the session id must be visible ASCII".to_string())?;
+    if text.is_empty()
+        || text.len() > MAX_SESSION_ID
+        || !text.bytes().all(|b| (0x21..=0x7e).contains(&b))
+    {
+        return Err(format!(
+            "the session id must be 1 to {MAX_SESSION_ID} visible ASCII characters"
+        ));
+    }
+    Ok(Some(text.to_string()))
+}
+
+/// The bearer token of `Authorization`, if any.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_headers_are_cleaned_and_stamped() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer s3cret".parse().unwrap());
+        h.insert("x-toolgate-agent", "admin".parse().unwrap());
+        h.insert("x-toolgate-decision", "allow".parse().unwrap());
+        h.insert("connection", "close, x-secret-hop".parse().unwrap());
+        h.insert("x-secret-hop", "1".parse().unwrap());
+        h.insert("accept", "application/json".parse().unwrap());
+        let out = to_backend(&h, "ops-bot", Some("s1"), "read_logs");
+        assert!(out.get("authorization").is_none());
+        assert!(out.get("x-toolgate-decision").is_none());
+        assert!(out.get("x-secret-hop").is_none());
+        assert_eq!(out.get(AGENT).unwrap(), "ops-bot");
+        assert_eq!(out.get(SESSION).unwrap(), "s1");
+        assert_eq!(out.get("accept").unwrap(), "application/json");
+    }
+
+    #[test]
+    fn session_id_is_bounded() {
+        let mut h = HeaderMap::new();
+        assert_eq!(session_id(&h), Ok(None));
+        h.insert(SESSION, "abc".parse().unwrap());
+        assert_eq!(session_id(&h), Ok(Some("abc".into())));
+        h.insert(MCP_SESSION, "m1".parse().unwrap());
+        assert_eq!(session_id(&h), Ok(Some("m1".into())));
+        h.insert(MCP_SESSION, "x".repeat(300).parse().unwrap());
+        assert!(session_id(&h).is_err());
+    }
+
+    #[test]
+    fn bearer_is_parsed_case_insensitively() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "bearer abc".parse().unwrap());
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert("authorization", "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+    }
+}

@@ -1,0 +1,15 @@
+//! The data plane: the agent listener and the pipeline every tool call goes through.
+
+pub mod body;
+pub mod decide;
+pub mod gate;
+pub mod headers;
+pub mod outcome;
+pub mod pipeline;
+pub mod reject;
+pub mod rest;
+pub mod server;
+pub mod stage;
+pub mod upstream;
+
+pub use gate::Gate;

@@ -1,0 +1,180 @@
+//! The request pipeline: one function that runs the typed stages in order.
+//!
+//! ```text
+//! limits → snapshot → classify → identify → authorize → validate → rules → audit gate → forward → shape
+//! ```
+//!
+//! Each request loads the snapshot once and uses that version throughout. The pipeline
+//! runs in its own task, so a client that disconnects can't cut a backend call or its
+//! audit record in half.
+
+use bytes::Bytes;
+use http::{header, Request, Response};
+use hyper::body::Incoming;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::proxy::body::{read_limited, Body, ReadError};
+use crate::proxy::decide::{decide, RequestView};
+use crate::proxy::gate::Gate;
+use crate::proxy::headers;
+use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::reject::{into_response, Code, Reject};
+use crate::proxy::rest;
+use crate::proxy::stage::authorize;
+use crate::proxy::stage::classify::classify;
+use crate::proxy::stage::identify::identify;
+use crate::proxy::stage::validate::Arguments;
+use crate::telemetry::trace::TraceContext;
+
+/// Serves one agent request.
+pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let trace = TraceContext::from_headers(request.headers());
+    let trace_id = trace.trace_id.clone();
+    let task = tokio::spawn(async move {
+        let mut outcome = Outcome::new(trace, started);
+        let response = match process(&gate, request, &mut outcome).await {
+            Ok(response) => response,
+            Err(reject) => {
+                outcome.code = Some(reject.code);
+                outcome.rule = reject.rule.clone();
+                into_response(&reject, &outcome.trace.trace_id)
+            }
+        };
+        outcome.finish(response, &gate.metrics, &gate.audit).await
+    });
+    match task.await {
+        Ok(response) => response,
+        Err(e) => {
+            // Only a bug gets here; the agent gets a generic, retryable answer.
+            tracing::error!(error = %e, "request task failed");
+            into_response(
+                &Reject::new(Code::NotReady, "the gateway failed to handle the call"),
+                &trace_id,
+            )
+        }
+    }
+}
+
+async fn process(
+    gate: &Gate,
+    request: Request<Incoming>,
+    outcome: &mut Outcome,
+) -> Result<Response<Body>, Reject> {
+    let (parts, body) = request.into_parts();
+    if parts.headers.len() > gate.limits.max_headers {
+        return Err(Reject::new(
+            Code::HeadersTooLarge,
+            format!("more than {} headers", gate.limits.max_headers),
+        ));
+    }
+    let session =
+        headers::session_id(&parts.headers).map_err(|m| Reject::new(Code::MalformedRequest, m))?;
+    outcome.session = session.clone();
+    // Fail closed: without a snapshot nothing is known to be allowed.
+    let snapshot = gate
+        .control
+        .snapshot()
+        .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
+    outcome.policy_version = Some(snapshot.version);
+
+    let body = read_body(gate, &parts.headers, body).await?;
+    let call = classify(
+        &snapshot,
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &body,
+    )?;
+    let contract = snapshot.contract(call.tool);
+    outcome.tool = Some(contract.tool.clone());
+    outcome.set_args(&call.args);
+
+    let agent = identify(&gate.identity, &parts.headers)?;
+    outcome.agent = Some(agent.id.to_string());
+    // A disabled or ungoverned agent is refused even in shadow mode.
+    let policy = authorize::policy(&snapshot, &agent.id)?;
+    let view = RequestView {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        headers: &parts.headers,
+        session: session.as_deref(),
+    };
+    let raw_args = call.args.clone();
+    let args = match decide(policy, &agent, contract, call.args, &view) {
+        Ok(args) => {
+            outcome.decision = Decision::Allow;
+            args
+        }
+        Err(reject) if policy.shadow => {
+            tracing::info!(tool = %contract.tool, agent = %agent.id, code = %reject.code, "shadow policy would deny; forwarding");
+            outcome.decision = Decision::ShadowDeny;
+            outcome.code = Some(reject.code);
+            outcome.rule = reject.rule;
+            Arguments {
+                value: raw_args,
+                filled: false,
+            }
+        }
+        Err(reject) => return Err(reject),
+    };
+    if contract.capture_arguments {
+        let mut captured = args.value.clone();
+        contract.redact.iter().for_each(|r| r.apply(&mut captured));
+        outcome.captured_args = Some(captured);
+    }
+    if gate.audit.refuses_calls() {
+        outcome.decision = Decision::Deny;
+        return Err(Reject::new(
+            Code::AuditUnavailable,
+            "the audit log can't be written, so no call may run",
+        ));
+    }
+    let forward = rest::Forward {
+        parts: &parts,
+        body,
+        json_body: call.json_body,
+        url_keys: &call.url_keys,
+        args: &args,
+        agent: &agent.id,
+        session: session.as_deref(),
+        contract,
+    };
+    rest::forward(gate, forward, outcome).await
+}
+
+async fn read_body(
+    gate: &Gate,
+    headers: &http::HeaderMap,
+    body: Incoming,
+) -> Result<Bytes, Reject> {
+    let limit = gate.limits.max_body_bytes;
+    let too_large = || {
+        Reject::new(
+            Code::PayloadTooLarge,
+            format!("the body is larger than {limit} bytes"),
+        )
+    };
+    // Refuse a declared oversize body before reading a byte of it.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    read_limited(
+        body,
+        limit,
+        Duration::from_millis(gate.limits.body_read_timeout_ms),
+    )
+    .await
+    .map_err(|e| match e {
+        ReadError::TooLarge(_) => too_large(),
+        ReadError::TimedOut => {
+            Reject::new(Code::MalformedRequest, "the body did not arrive in time")
+        }
+        ReadError::Broken(_) => Reject::new(Code::MalformedRequest, "the body could not be read"),
+    })
+}

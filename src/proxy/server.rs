@@ -1,0 +1,120 @@
+//! The HTTP listener: HTTP/1.1 and h2c on one port, with the connection-level limits
+//! (header count backstop, header-read timeout, buffer size, connection cap) and
+//! graceful shutdown. It knows nothing about tools; it calls a handler per request.
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::config::Limits;
+use crate::proxy::body::Body;
+
+/// Connection-level limits of one listener.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    pub header_read_timeout: Duration,
+    /// hyper's own cap, a backstop above `limits.maxHeaders`: the pipeline counts headers
+    /// itself so that a request just over the limit gets the structured 431.
+    pub max_headers_backstop: usize,
+    pub max_connections: usize,
+    pub drain_timeout: Duration,
+}
+
+impl ConnLimits {
+    pub fn from_settings(limits: &Limits) -> ConnLimits {
+        ConnLimits {
+            header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
+            max_headers_backstop: (limits.max_headers * 2).clamp(limits.max_headers + 1, 1000),
+            max_connections: limits.max_connections.max(1),
+            drain_timeout: Duration::from_millis(limits.drain_timeout_ms),
+        }
+    }
+
+    /// For the admin listener: small, fixed limits.
+    pub fn admin() -> ConnLimits {
+        ConnLimits {
+            header_read_timeout: Duration::from_secs(5),
+            max_headers_backstop: 100,
+            max_connections: 64,
+            drain_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Serves `listener` until `shutdown` resolves, then lets in-flight requests finish
+/// within the drain timeout.
+pub async fn serve<H, Fut>(
+    listener: TcpListener,
+    limits: ConnLimits,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+) where
+    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_headers(limits.max_headers_backstop)
+        .max_buf_size(256 * 1024);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(64 * 1024)
+        .max_concurrent_streams(256);
+    let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    tokio::pin!(shutdown);
+    loop {
+        // At the connection cap, stop accepting: new connections wait in the backlog.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
+            () = &mut shutdown => break,
+        };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let handler = handler.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let response = handler(request);
+            async move { Ok::<_, Infallible>(response.await) }
+        });
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain timeout passed with calls still in flight");
+    }
+}

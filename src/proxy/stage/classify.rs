@@ -1,0 +1,257 @@
+//! classify: which tool a REST request calls, and its arguments.
+//!
+//! Arguments are path parameters + query parameters + the JSON body object, merged. Path
+//! and query values are strings on the wire; one becomes the number or boolean the input
+//! schema declares only when the string is that value's exact spelling (`"30"` → `30`,
+//! but `"030"` stays a string and fails validation). A key given twice is an error.
+
+use bytes::Bytes;
+use http::Method;
+use percent_encoding::percent_decode_str;
+use serde_json::{Map, Value};
+
+use crate::control::schema::Schema;
+use crate::control::{Snapshot, ToolId};
+use crate::proxy::reject::{Code, Detail, Reject};
+
+/// A classified REST call.
+#[derive(Debug)]
+pub struct Call {
+    pub tool: ToolId,
+    pub args: Value,
+    /// The body was a JSON object (defaults get written back into it when forwarded).
+    pub json_body: bool,
+    /// Arguments that came from the path or the query, not the body.
+    pub url_keys: Vec<String>,
+}
+
+pub fn classify(
+    snapshot: &Snapshot,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    body: &Bytes,
+) -> Result<Call, Reject> {
+    let Some(route) = snapshot.routes.find(method, path) else {
+        return Err(Reject::new(
+            Code::UnknownTool,
+            format!("no tool is bound to {method} {path}"),
+        ));
+    };
+    let contract = snapshot.contract(route.tool);
+    let mut args = Map::new();
+    for (name, raw) in route.params {
+        let text = decode(raw, false)?;
+        insert(&mut args, name, typed(&contract.input, name, text))?;
+    }
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        let name = decode(name, true)?;
+        let text = decode(raw, true)?;
+        let value = typed(&contract.input, &name, text);
+        insert(&mut args, &name, value)?;
+    }
+    let url_keys: Vec<String> = args.keys().cloned().collect();
+    let json_body = !body.is_empty();
+    if json_body {
+        let parsed: Value = serde_json::from_slice(body).map_err(|e| {
+            Reject::new(
+                Code::MalformedRequest,
+                format!("the body is not valid JSON: {e}"),
+            )
+        })?;
+        let Value::Object(fields) = parsed else {
+            return Err(Reject::new(
+                Code::MalformedRequest,
+                "the body must be a JSON object",
+            ));
+        };
+        for (name, value) in fields {
+            insert(&mut args, &name, value)?;
+        }
+    }
+    Ok(Call {
+        tool: route.tool,
+        args: Value::Object(args),
+        json_body,
+        url_keys,
+    })
+}
+
+fn decode(raw: &str, plus_is_space: bool) -> Result<String, Reject> {
+    let spaced;
+    let raw = if plus_is_space && raw.contains('+') {
+        spaced = raw.replace('+', " ");
+        spaced.as_str()
+    } else {
+        raw
+    };
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| {
+            Reject::new(
+                Code::MalformedRequest,
+                "a path or query value is not valid UTF-8",
+            )
+        })
+}
+
+fn insert(args: &mut Map<String, Value>, name: &str, value: Value) -> Result<(), Reject> {
+    if args.contains_key(name) {
+        return Err(Reject::new(
+            Code::InvalidArguments,
+            format!("{name}: given more than once (path, query or body)"),
+        )
+        .with_details(vec![Detail {
+            pointer: format!("/{}", crate::control::schema::escape(name)),
+            keyword: "duplicate".into(),
+        }]));
+    }
+    args.insert(name.to_string(), value);
+    Ok(())
+}
+
+/// The value of a path/query string for a property of the given schema types.
+fn typed(schema: &Schema, name: &str, text: String) -> Value {
+    for kind in schema.property_types(name) {
+        let converted = match kind {
+            "integer" => text
+                .parse::<i64>()
+                .ok()
+                .filter(|n| n.to_string() == text)
+                .map(Value::from),
+            "number" => text
+                .parse::<serde_json::Number>()
+                .ok()
+                .filter(|n| n.to_string() == text)
+                .map(Value::Number),
+            "boolean" => match text.as_str() {
+                "true" => Some(Value::Bool(true)),
+                "false" => Some(Value::Bool(false)),
+                _ => None,
+            },
+            "null" if text == "null" => Some(Value::Null),
+            _ => None,
+        };
+        if let Some(value) = converted {
+            return value;
+        }
+    }
+    Value::String(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::BuildOptions;
+    use crate::crd::parse_documents;
+    use serde_json::json;
+
+    fn mk_snapshot() -> Snapshot {
+        let text = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: read-logs}
+spec:
+  tool: read_logs
+  http: {method: GET, path: "/logs/{service}"}
+  input:
+    type: object
+    properties:
+      service: {type: string}
+      window_minutes: {type: integer}
+      ratio: {type: number}
+      verbose: {type: boolean}
+"#;
+        Snapshot::build(&parse_documents("t", text).0, &BuildOptions::default(), 1).0
+    }
+
+    #[test]
+    fn merges_path_query_and_converts_exact_spellings() {
+        let s = mk_snapshot();
+        let call = classify(
+            &s,
+            &Method::GET,
+            "/logs/or%20ders",
+            Some("window_minutes=30&ratio=0.5&verbose=true&x=a+b"),
+            &Bytes::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            call.args,
+            json!({"service": "or ders", "window_minutes": 30, "ratio": 0.5, "verbose": true, "x": "a b"})
+        );
+    }
+
+    #[test]
+    fn inexact_spellings_stay_strings() {
+        let s = mk_snapshot();
+        let call = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            Some("window_minutes=030"),
+            &Bytes::new(),
+        )
+        .unwrap();
+        assert_eq!(call.args["window_minutes"], "030");
+        let call = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            Some("window_minutes=1e3"),
+            &Bytes::new(),
+        )
+        .unwrap();
+        assert_eq!(call.args["window_minutes"], "1e3");
+    }
+
+    #[test]
+    fn a_key_given_twice_is_invalid() {
+        let s = mk_snapshot();
+        let e = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            Some("service=b"),
+            &Bytes::new(),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, Code::InvalidArguments);
+        let e = classify(&s, &Method::GET, "/logs/a", Some("x=1&x=2"), &Bytes::new()).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArguments);
+        let e = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            None,
+            &Bytes::from(r#"{"service":"b"}"#),
+        )
+        .unwrap_err();
+        assert_eq!(e.details[0].pointer, "/service");
+    }
+
+    #[test]
+    fn bad_bodies_and_unknown_routes() {
+        let s = mk_snapshot();
+        assert_eq!(
+            classify(&s, &Method::GET, "/nope", None, &Bytes::new())
+                .unwrap_err()
+                .code,
+            Code::UnknownTool
+        );
+        assert_eq!(
+            classify(&s, &Method::POST, "/logs/a", None, &Bytes::new())
+                .unwrap_err()
+                .code,
+            Code::UnknownTool
+        );
+        let e = classify(&s, &Method::GET, "/logs/a", None, &Bytes::from("{nope")).unwrap_err();
+        assert_eq!(e.code, Code::MalformedRequest);
+        let e = classify(&s, &Method::GET, "/logs/a", None, &Bytes::from("[1]")).unwrap_err();
+        assert_eq!(e.code, Code::MalformedRequest);
+        let e = classify(&s, &Method::GET, "/logs/%ff", None, &Bytes::new()).unwrap_err();
+        assert_eq!(e.code, Code::MalformedRequest);
+    }
+}

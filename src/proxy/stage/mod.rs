@@ -1,0 +1,9 @@
+//! The pipeline's stages, in the order the pipeline runs them. Each takes explicit inputs
+//! and returns the next stage's input or a [`Reject`](crate::proxy::reject::Reject).
+
+pub mod authorize;
+pub mod classify;
+pub mod identify;
+pub mod rules;
+pub mod shape;
+pub mod validate;

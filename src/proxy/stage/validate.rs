@@ -1,0 +1,88 @@
+//! validate: the arguments against the contract's input schema, defaults filled first so
+//! rules and the backend see the same complete arguments.
+//!
+//! A call whose only problems are absent `required` properties is `MISSING_ARGUMENT`
+//! (the agent should ask the user); any other violation is `INVALID_ARGUMENTS`.
+
+use serde_json::Value;
+
+use crate::control::contract::Contract;
+use crate::proxy::reject::{Code, Reject};
+
+/// Validated arguments, defaults filled; `filled` says whether defaults were added.
+#[derive(Debug)]
+pub struct Arguments {
+    pub value: Value,
+    pub filled: bool,
+}
+
+pub fn validate(contract: &Contract, mut args: Value) -> Result<Arguments, Reject> {
+    let filled = contract.input.fill_defaults(&mut args);
+    if contract.input.is_valid(&args) {
+        return Ok(Arguments {
+            value: args,
+            filled,
+        });
+    }
+    let violations = contract.input.violations(&args);
+    let only_missing = violations.iter().all(|v| v.detail.keyword == "required");
+    let code = if only_missing {
+        Code::MissingArgument
+    } else {
+        Code::InvalidArguments
+    };
+    let message = violations
+        .first()
+        .map(|v| v.message.clone())
+        .unwrap_or_else(|| "the arguments do not match the tool's schema".into());
+    Err(Reject::new(code, message).with_details(violations.into_iter().map(|v| v.detail).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::ToolContractSpec;
+    use serde_json::json;
+
+    fn mk_contract() -> Contract {
+        let spec: ToolContractSpec = serde_json::from_value(json!({
+            "tool": "read_logs",
+            "input": {
+                "type": "object", "additionalProperties": false, "required": ["service"],
+                "properties": {
+                    "service": {"type": "string", "enum": ["orders", "payments"]},
+                    "window_minutes": {"type": "integer", "minimum": 1, "maximum": 43200, "default": 15}
+                }
+            }
+        }))
+        .unwrap();
+        Contract::compile("ToolContract/t".into(), &spec).unwrap()
+    }
+
+    #[test]
+    fn fills_defaults() {
+        let args = validate(&mk_contract(), json!({"service": "orders"})).unwrap();
+        assert_eq!(args.value["window_minutes"], 15);
+        assert!(args.filled);
+    }
+
+    #[test]
+    fn missing_vs_invalid() {
+        let e = validate(&mk_contract(), json!({})).unwrap_err();
+        assert_eq!(e.code, Code::MissingArgument);
+        assert_eq!(e.details[0].pointer, "/service");
+        let e = validate(
+            &mk_contract(),
+            json!({"service": "orders", "window_minutes": "30"}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, Code::InvalidArguments);
+        assert_eq!(e.details[0].keyword, "type");
+        let e = validate(&mk_contract(), json!({"window_minutes": "30"})).unwrap_err();
+        assert_eq!(
+            e.code,
+            Code::InvalidArguments,
+            "a type error is not only a missing argument"
+        );
+    }
+}

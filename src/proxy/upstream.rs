@@ -1,0 +1,174 @@
+//! The backend: one pooled HTTP/1.1 client, and the mapping of what the backend does
+//! (refuses connections, stalls, answers 5xx or 4xx) onto the error contract.
+//!
+//! What the backend says in an error body never reaches the agent: internals such as
+//! stack traces, SQL or hostnames stop here.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::time::Duration;
+
+use crate::proxy::reject::{Code, Recovery, Reject};
+
+pub struct Upstream {
+    client: Client<HttpConnector, Full<Bytes>>,
+    /// `http://host:port` plus an optional path prefix, without a trailing slash.
+    base: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("upstream must be an http:// URL, got {0:?}")]
+pub struct BadUpstream(String);
+
+/// How the backend failed, before it becomes a [`Reject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Connection refused or reset before an answer: nothing was processed, or unknown.
+    Unavailable,
+    TimedOut,
+}
+
+impl Upstream {
+    pub fn new(url: &str) -> Result<Upstream, BadUpstream> {
+        let uri: Uri = url.parse().map_err(|_| BadUpstream(url.into()))?;
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            return Err(BadUpstream(url.into()));
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(512)
+            .build(connector);
+        Ok(Upstream {
+            client,
+            base: url.trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// Sends one request and waits for the response head within `timeout`.
+    pub async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: HeaderMap,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, Failure> {
+        let uri = format!("{}{}", self.base, path_and_query);
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(h) = request.headers_mut() {
+            *h = headers;
+        }
+        let request = request
+            .body(Full::new(body))
+            .map_err(|_| Failure::Unavailable)?;
+        match tokio::time::timeout(timeout, self.client.request(request)).await {
+            Err(_) => Err(Failure::TimedOut),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "backend request failed");
+                Err(Failure::Unavailable)
+            }
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+}
+
+/// The refusal for a backend failure. A timeout is retryable only for idempotent tools:
+/// a non-idempotent call may have run, and retrying it could run it twice.
+pub fn failure_reject(failure: Failure, idempotent: bool, timeout: Duration) -> Reject {
+    match failure {
+        Failure::Unavailable => {
+            Reject::new(Code::BackendUnavailable, "the backend is not reachable")
+        }
+        Failure::TimedOut => Reject::new(
+            Code::BackendTimeout,
+            format!(
+                "the backend did not answer within {} ms",
+                timeout.as_millis()
+            ),
+        )
+        .with_retryable(idempotent)
+        .with_recovery(if idempotent {
+            Recovery::Retry
+        } else {
+            Recovery::Stop
+        }),
+    }
+}
+
+/// The refusal for a backend error status, or `None` when the response passes.
+pub fn status_reject(status: StatusCode) -> Option<Reject> {
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        return Some(Reject::new(
+            Code::BackendUnavailable,
+            "the backend is temporarily unavailable",
+        ));
+    }
+    if status.is_server_error() {
+        return Some(Reject::new(
+            Code::BackendError,
+            format!(
+                "the backend failed to handle the call (HTTP {})",
+                status.as_u16()
+            ),
+        ));
+    }
+    if status.is_client_error() {
+        let reason = status.canonical_reason().unwrap_or("rejected");
+        return Some(
+            Reject::new(
+                Code::BackendRejected,
+                format!(
+                    "the backend rejected the call: {} {reason}",
+                    status.as_u16()
+                ),
+            )
+            .with_status(status.as_u16()),
+        );
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_the_contract() {
+        assert_eq!(status_reject(StatusCode::OK), None);
+        assert_eq!(
+            status_reject(StatusCode::INTERNAL_SERVER_ERROR)
+                .unwrap()
+                .code,
+            Code::BackendError
+        );
+        assert_eq!(
+            status_reject(StatusCode::SERVICE_UNAVAILABLE).unwrap().code,
+            Code::BackendUnavailable
+        );
+        let r = status_reject(StatusCode::NOT_FOUND).unwrap();
+        assert_eq!((r.code, r.status()), (Code::BackendRejected, 404));
+    }
+
+    #[test]
+    fn timeouts_are_retryable_only_when_idempotent() {
+        assert!(failure_reject(Failure::TimedOut, true, Duration::from_secs(1)).retryable());
+        let r = failure_reject(Failure::TimedOut, false, Duration::from_secs(1));
+        assert!(!r.retryable());
+        assert_eq!(r.recovery(), Recovery::Stop);
+    }
+
+    #[test]
+    fn only_plain_http_upstreams() {
+        assert!(Upstream::new("https://x:1").is_err());
+        assert!(Upstream::new("nope").is_err());
+        assert!(Upstream::new("http://127.0.0.1:8080/").is_ok());
+    }
+}

@@ -1,0 +1,136 @@
+//! Assembles a running sidecar from settings: control plane sources, the gate, the agent
+//! and admin listeners. `toolgate run`, `toolgate demo` and the integration tests all
+//! start the sidecar through [`Sidecar::start`].
+
+use anyhow::Context as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::audit::AuditLog;
+use crate::config::Settings;
+use crate::control::{files, BuildOptions, Control};
+use crate::identity::Tokens;
+use crate::proxy::server::{serve, ConnLimits};
+use crate::proxy::stage::identify::Identity;
+use crate::proxy::upstream::Upstream;
+use crate::proxy::{pipeline, Gate};
+use crate::telemetry::metrics::Metrics;
+
+pub struct Sidecar {
+    pub agent_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub gate: Arc<Gate>,
+    stop: watch::Sender<bool>,
+    listeners: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Sidecar {
+    pub async fn start(settings: Settings) -> anyhow::Result<Sidecar> {
+        let metrics = Arc::new(Metrics::new());
+        let mut sources = Vec::new();
+        if !settings.policies.files.is_empty() {
+            sources.push(files::SOURCE);
+        }
+        anyhow::ensure!(
+            !sources.is_empty(),
+            "no policy source: set policies.files (or enable policies.kubernetes)"
+        );
+        let options = BuildOptions {
+            allow_shadow: settings.policies.allow_shadow,
+            pod_labels: None,
+        };
+        let control = Arc::new(Control::new(&sources, options, metrics.clone()));
+        let mut background = Vec::new();
+        if !settings.policies.files.is_empty() {
+            background.push(tokio::spawn(files::watch(
+                settings.policies.files.clone(),
+                control.clone(),
+            )));
+        }
+        let tokens = match &settings.identity.tokens {
+            Some(path) => {
+                let tokens = Arc::new(
+                    Tokens::load(path)
+                        .map_err(anyhow::Error::msg)
+                        .context("identity.tokens")?,
+                );
+                background.push(tokio::spawn(tokens.clone().watch(path.clone())));
+                Some(tokens)
+            }
+            None => None,
+        };
+        let upstream = Upstream::new(&settings.upstream).context("upstream")?;
+        let audit = AuditLog::start(
+            &settings.audit.path,
+            settings.audit.on_failure,
+            metrics.clone(),
+        );
+        let gate = Arc::new(Gate {
+            control: control.clone(),
+            identity: Identity { tokens },
+            upstream,
+            audit,
+            metrics: metrics.clone(),
+            limits: settings.limits.clone(),
+            mcp_path: settings.mcp.path.clone(),
+        });
+
+        let agent_listener = TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let admin_listener = TcpListener::bind(settings.admin)
+            .await
+            .with_context(|| format!("cannot listen on {} (admin)", settings.admin))?;
+        let agent_addr = agent_listener.local_addr()?;
+        let admin_addr = admin_listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        let until_stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let agent_gate = gate.clone();
+        let agent = tokio::spawn(serve(
+            agent_listener,
+            ConnLimits::from_settings(&settings.limits),
+            move |request| pipeline::serve(agent_gate.clone(), request),
+            until_stopped(stopped.clone()),
+        ));
+        let admin = Arc::new(Admin { control, metrics });
+        let admin = tokio::spawn(serve(
+            admin_listener,
+            ConnLimits::admin(),
+            move |request| {
+                let admin = admin.clone();
+                async move { admin.handle(request).await }
+            },
+            until_stopped(stopped),
+        ));
+        tracing::info!(%agent_addr, %admin_addr, upstream = %settings.upstream, audit = %gate.audit.target(), "toolgate listening");
+        Ok(Sidecar {
+            agent_addr,
+            admin_addr,
+            gate,
+            stop,
+            listeners: vec![agent, admin],
+            background,
+        })
+    }
+
+    /// Stops accepting, lets in-flight calls finish (bounded by `limits.drainTimeoutMs`),
+    /// then flushes the audit log.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for listener in self.listeners {
+            let _ = listener.await;
+        }
+        for task in self.background {
+            task.abort();
+        }
+        self.gate.audit.flush().await;
+        tracing::info!("toolgate stopped");
+    }
+}

@@ -1,0 +1,186 @@
+//! Prometheus metrics of DESIGN §6, served on the admin `/metrics`.
+//!
+//! Labels are bounded by construction: `tool` is a contract's tool name or `-` for calls
+//! that matched none (an agent can't mint label values), `decision` and `code` come from
+//! fixed enums. No agent id or argument is ever a label.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub tool: String,
+    pub decision: &'static str,
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    pub tool: String,
+    pub decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ToolLabels {
+    pub tool: String,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 50 µs … ~1.6 s: the gateway's own cost sits at the low end, backends at the high.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 16))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub calls: Family<CallLabels, Counter>,
+    pub call_duration: Histograms<DurationLabels>,
+    pub upstream_duration: Histograms<ToolLabels>,
+    pub policy_version: Gauge,
+    pub policy_synchronized: Gauge,
+    pub policy_reload_errors: Counter,
+    pub audit_records: Counter,
+    pub spans_dropped: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let calls = Family::<CallLabels, Counter>::default();
+        let call_duration: Histograms<DurationLabels> =
+            Family::new_with_constructor(latency_histogram);
+        let upstream_duration: Histograms<ToolLabels> =
+            Family::new_with_constructor(latency_histogram);
+        let policy_version = Gauge::default();
+        let policy_synchronized = Gauge::default();
+        let policy_reload_errors = Counter::default();
+        let audit_records = Counter::default();
+        let spans_dropped = Counter::default();
+        // The client appends `_total` to counters, so they are registered without it.
+        registry.register(
+            "toolgate_calls",
+            "Tool calls by tool, decision and code",
+            calls.clone(),
+        );
+        registry.register(
+            "toolgate_call_duration_seconds",
+            "Time from request to response, gateway and backend together",
+            call_duration.clone(),
+        );
+        registry.register(
+            "toolgate_upstream_duration_seconds",
+            "Time the backend took to answer",
+            upstream_duration.clone(),
+        );
+        registry.register(
+            "toolgate_policy_version",
+            "Version of the enforced policy snapshot",
+            policy_version.clone(),
+        );
+        registry.register(
+            "toolgate_policy_synchronized",
+            "1 when the enforced snapshot reflects every source, 0 after a failed reload or a lost source",
+            policy_synchronized.clone(),
+        );
+        registry.register(
+            "toolgate_policy_reload_errors",
+            "Policy changes rejected because they failed to parse or compile",
+            policy_reload_errors.clone(),
+        );
+        registry.register(
+            "toolgate_audit_records",
+            "Audit records written",
+            audit_records.clone(),
+        );
+        registry.register(
+            "toolgate_spans_dropped",
+            "Spans dropped because the export queue was full",
+            spans_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_duration,
+            upstream_duration,
+            policy_version,
+            policy_synchronized,
+            policy_reload_errors,
+            audit_records,
+            spans_dropped,
+        }
+    }
+
+    pub fn record_call(
+        &self,
+        tool: &str,
+        decision: &'static str,
+        code: &'static str,
+        elapsed: Duration,
+    ) {
+        self.calls
+            .get_or_create(&CallLabels {
+                tool: tool.to_string(),
+                decision,
+                code,
+            })
+            .inc();
+        self.call_duration
+            .get_or_create(&DurationLabels {
+                tool: tool.to_string(),
+                decision,
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn record_upstream(&self, tool: &str, elapsed: Duration) {
+        self.upstream_duration
+            .get_or_create(&ToolLabels {
+                tool: tool.to_string(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String can't fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_the_design_names() {
+        let m = Metrics::new();
+        m.record_call("read_logs", "allow", "", Duration::from_millis(1));
+        m.policy_synchronized.set(1);
+        let text = m.encode();
+        for name in [
+            "toolgate_calls_total{tool=\"read_logs\",decision=\"allow\",code=\"\"} 1",
+            "toolgate_call_duration_seconds_bucket",
+            "toolgate_policy_synchronized 1",
+            "toolgate_policy_reload_errors_total 0",
+            "toolgate_audit_records_total 0",
+            "toolgate_spans_dropped_total 0",
+            "# TYPE toolgate_policy_version gauge",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}
