@@ -1,0 +1,317 @@
+//! REST calls through a real sidecar to a real backend: every refusal code of the core,
+//! header hygiene, argument merging and result shaping.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn allowed_call_is_forwarded_shaped_and_stamped() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let r = h
+        .call(
+            "GET",
+            "/logs/orders?window_minutes=30",
+            Some(OPS_TOKEN),
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.header("x-toolgate-decision"), "allow");
+    // Undeclared `host` dropped, client_ip redacted.
+    assert_eq!(
+        r.json,
+        json!({"lines": [{"msg": "order 17 shipped", "client_ip": "[REDACTED]"}]})
+    );
+    let seen = backend.last();
+    assert_eq!(seen.uri, "/logs/orders?window_minutes=30");
+    assert_eq!(seen.headers["x-toolgate-agent"], "ops-bot");
+    assert_eq!(seen.headers["x-toolgate-tool"], "read_logs");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn defaults_are_filled_into_a_json_body() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let r = h
+        .call(
+            "POST",
+            "/issues",
+            Some(OPS_TOKEN),
+            &[],
+            r#"{"title": "disk full", "project_key": "OPS"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let sent: serde_json::Value = serde_json::from_slice(&backend.last().body).unwrap();
+    assert_eq!(
+        sent,
+        json!({"title": "disk full", "project_key": "OPS", "priority": "low"})
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn schema_errors_say_what_to_fix() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let r = h
+        .call(
+            "GET",
+            "/logs/orders?window_minutes=030",
+            Some(OPS_TOKEN),
+            &[],
+            "",
+        )
+        .await;
+    r.assert_refused("INVALID_ARGUMENTS", 422);
+    assert_eq!(r.json["error"]["details"][0]["pointer"], "/window_minutes");
+    assert_eq!(r.json["error"]["details"][0]["keyword"], "type");
+    assert_eq!(r.json["error"]["recovery"], "fix_arguments");
+    let r = h
+        .call("GET", "/logs/billing", Some(OPS_TOKEN), &[], "")
+        .await;
+    r.assert_refused("INVALID_ARGUMENTS", 422);
+    let r = h
+        .call("POST", "/issues", Some(OPS_TOKEN), &[], r#"{"title": "x"}"#)
+        .await;
+    r.assert_refused("MISSING_ARGUMENT", 422);
+    assert_eq!(r.json["error"]["details"][0]["pointer"], "/project_key");
+    assert_eq!(r.json["error"]["recovery"], "ask_user");
+    let r = h
+        .call(
+            "GET",
+            "/logs/orders?service=payments",
+            Some(OPS_TOKEN),
+            &[],
+            "",
+        )
+        .await;
+    r.assert_refused("INVALID_ARGUMENTS", 422);
+    assert_eq!(backend.count(), 0, "nothing invalid reaches the backend");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn identity_and_authorization_refusals() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    h.call("GET", "/logs/orders", None, &[], "")
+        .await
+        .assert_refused("UNAUTHENTICATED", 401);
+    h.call("GET", "/logs/orders", Some("wrong"), &[], "")
+        .await
+        .assert_refused("UNAUTHENTICATED", 401);
+    let r = h
+        .call("GET", "/logs/orders", Some(RETIRED_TOKEN), &[], "")
+        .await;
+    r.assert_refused("AGENT_DISABLED", 403);
+    assert_eq!(r.json["error"]["recovery"], "stop");
+    h.call("POST", "/admin/reset", Some(OPS_TOKEN), &[], "{}")
+        .await
+        .assert_refused("TOOL_NOT_ALLOWED", 403);
+    h.call("GET", "/logs/orders", Some(STRANGER_TOKEN), &[], "")
+        .await
+        .assert_refused("TOOL_NOT_ALLOWED", 403);
+    let r = h.call("GET", "/etc/passwd", Some(OPS_TOKEN), &[], "").await;
+    r.assert_refused("UNKNOWN_TOOL", 404);
+    assert_eq!(r.header("x-toolgate-decision"), "deny");
+    assert_eq!(backend.count(), 0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn backend_failures_never_leak_internals() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let r = h.call("GET", "/reports/7", Some(OPS_TOKEN), &[], "").await;
+    r.assert_refused("BACKEND_ERROR", 502);
+    for secret in ["Traceback", "psycopg2", "db-7", "SELECT"] {
+        assert!(!r.text.contains(secret), "leaked {secret}: {}", r.text);
+    }
+    let r = h.call("GET", "/missing/7", Some(OPS_TOKEN), &[], "").await;
+    r.assert_refused("BACKEND_REJECTED", 404);
+    assert!(
+        !r.text.contains("users") && !r.text.contains("db-7"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.json["error"]["recovery"], "ask_user");
+    let r = h.call("GET", "/slow", Some(OPS_TOKEN), &[], "").await;
+    r.assert_refused("BACKEND_TIMEOUT", 504);
+    assert_eq!(
+        r.json["error"]["retryable"], true,
+        "GET tools are idempotent by default"
+    );
+    let r = h
+        .call("GET", "/broken-output", Some(OPS_TOKEN), &[], "")
+        .await;
+    r.assert_refused("OUTPUT_CONTRACT_VIOLATION", 502);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unreachable_backend_is_unavailable() {
+    let h = Harness::start(closed_port().await, Options::default()).await;
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    r.assert_refused("BACKEND_UNAVAILABLE", 503);
+    assert_eq!(r.json["error"]["retryable"], true);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_requests() {
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(|s| s.limits.max_body_bytes = 1024),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.call("POST", "/issues", Some(OPS_TOKEN), &[], "{not json")
+        .await
+        .assert_refused("MALFORMED_REQUEST", 400);
+    h.call("POST", "/issues", Some(OPS_TOKEN), &[], "[1,2]")
+        .await
+        .assert_refused("MALFORMED_REQUEST", 400);
+    let big = format!(r#"{{"project_key":"OPS","title":"{}"}}"#, "x".repeat(4096));
+    h.call("POST", "/issues", Some(OPS_TOKEN), &[], &big)
+        .await
+        .assert_refused("PAYLOAD_TOO_LARGE", 413);
+    let many: Vec<(String, String)> = (0..120)
+        .map(|i| (format!("x-filler-{i}"), "1".to_string()))
+        .collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &many, "")
+        .await;
+    assert_eq!(r.status, 431, "{}", r.text);
+    assert_eq!(backend.count(), 0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn spoofed_toolgate_headers_and_credentials_never_reach_the_backend() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let spoof = [
+        ("x-toolgate-agent", "admin-bot"),
+        ("x-toolgate-tool", "admin_reset"),
+        ("x-toolgate-decision", "allow"),
+        ("x-toolgate-session", "s-42"),
+    ];
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &spoof, "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let seen = backend.last();
+    assert_eq!(seen.headers["x-toolgate-agent"], "ops-bot");
+    assert_eq!(seen.headers["x-toolgate-tool"], "read_logs");
+    assert_eq!(
+        seen.headers["x-toolgate-session"], "s-42",
+        "the session id is carried, not trusted as identity"
+    );
+    assert!(seen.headers.get("x-toolgate-decision").is_none());
+    assert!(
+        seen.headers.get("authorization").is_none(),
+        "the agent's credential must not be passed on"
+    );
+    assert_eq!(seen.headers.get_all("x-toolgate-agent").iter().count(), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn not_ready_until_a_snapshot_loads() {
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: "kind: [broken".into(),
+            wait_ready: false,
+            ..Options::default()
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    r.assert_refused("NOT_READY", 503);
+    assert_eq!(r.json["error"]["retryable"], true);
+    assert_eq!(h.get_admin("/readyz").await.0, 503);
+    assert_eq!(h.get_admin("/healthz").await.0, 200);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn unwritable_audit_log_refuses_calls() {
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(|s| s.audit.path = "/nonexistent/toolgate/audit.log".into()),
+            ..Options::default()
+        },
+    )
+    .await;
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    r.assert_refused("AUDIT_UNAVAILABLE", 503);
+    assert_eq!(backend.count(), 0, "an unrecorded call must not run");
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn every_decision_is_audited_in_a_verifiable_chain() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    h.call("GET", "/logs/orders", None, &[], "").await;
+    h.call("GET", "/nope", Some(OPS_TOKEN), &[], "").await;
+    let dir = h.stop_keeping_files().await;
+    let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    assert_eq!(toolgate::audit::verify::verify(&text), Ok(3));
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["decision"], "allow");
+    assert_eq!(first["agent"], "ops-bot");
+    assert_eq!(first["upstreamStatus"], 200);
+    assert!(first["argsDigest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(
+        !text.contains("orders"),
+        "argument values are only digested"
+    );
+}
+
+#[tokio::test]
+async fn admin_endpoints_report_state() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    assert_eq!(h.get_admin("/readyz").await.0, 200);
+    let (_, config) = h.get_admin("/config").await;
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["version"], 1);
+    assert!(config["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o == "AgentPolicy/ops-bot"));
+    let (_, metrics) = h.get_admin("/metrics").await;
+    assert!(
+        metrics.contains(r#"toolgate_calls_total{tool="read_logs",decision="allow",code="OK"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("toolgate_policy_synchronized 1"));
+    h.stop().await;
+}
