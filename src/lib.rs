@@ -11,6 +11,7 @@ pub mod check;
 pub mod config;
 pub mod control;
 pub mod crd;
+pub mod demo;
 pub mod identity;
 pub mod proxy;
 pub mod sidecar;

@@ -8,8 +8,6 @@ use std::process::ExitCode;
 use toolgate::config::Settings;
 use toolgate::sidecar::Sidecar;
 
-mod demo;
-
 #[derive(Parser)]
 #[command(
     name = "toolgate",
@@ -53,7 +51,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
-        Command::Demo => runtime().and_then(|rt| rt.block_on(demo::run())),
+        Command::Demo => runtime().and_then(|rt| rt.block_on(demo())),
         Command::Check { paths } => Ok(check(&paths)),
         Command::Audit {
             command: AuditCommand::Verify { file },
@@ -95,6 +93,13 @@ async fn run(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         .context("installing signal handlers")?;
     tracing::info!("shutdown requested; draining");
     sidecar.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn demo() -> anyhow::Result<ExitCode> {
+    // Keep the table readable: only the sidecar's warnings and errors.
+    init_logs("warn");
+    toolgate::demo::run(&mut std::io::stdout()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

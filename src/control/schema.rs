@@ -52,6 +52,9 @@ impl Schema {
             .map(|error| {
                 let keyword = error.kind().keyword().to_string();
                 let mut pointer = error.instance_path().as_str().to_string();
+                // The message is about the object that lacks the property, so it is
+                // prefixed with that object's path, not the missing property's.
+                let at = display_path(&pointer);
                 if let jsonschema::error::ValidationErrorKind::Required { property } = error.kind()
                 {
                     if let Some(name) = property.as_str() {
@@ -59,10 +62,10 @@ impl Schema {
                         pointer.push_str(&escape(name));
                     }
                 }
-                let message = if pointer.is_empty() {
+                let message = if at.is_empty() {
                     error.to_string()
                 } else {
-                    format!("{}: {}", display_path(&pointer), error)
+                    format!("{at}: {error}")
                 };
                 Violation {
                     detail: Detail { pointer, keyword },

@@ -1,3 +1,0 @@
-pub async fn run() -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("demo pending")
-}

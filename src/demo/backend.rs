@@ -1,0 +1,63 @@
+//! The demo's example backend: a small HTTP service behind the sidecar. It answers the
+//! example tools, and fails `export_report` the way real backends fail (a 500 with a
+//! stack trace and a hostname), so the demo can show that none of it reaches the agent.
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+
+pub async fn start() -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|request| async {
+                    Ok::<_, Infallible>(answer(request).await)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+async fn answer(request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let (status, text) = match (method.as_str(), path.as_str()) {
+        ("GET", p) if p.starts_with("/logs/") => (
+            StatusCode::OK,
+            r#"{"lines":[{"ts":"2026-11-30T06:00:00Z","msg":"order 17 shipped","client_ip":"10.1.2.3"}],"node":"ip-10-1-2-3.internal"}"#.to_string(),
+        ),
+        ("POST", "/issues") => (
+            StatusCode::CREATED,
+            format!(r#"{{"id":"OPS-{}","received":{}}}"#, body.len(), String::from_utf8_lossy(&body)),
+        ),
+        ("GET", p) if p.starts_with("/reports/") => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Traceback (most recent call last): psycopg2.OperationalError: could not connect to db-7.internal:5432".to_string(),
+        ),
+        _ => (StatusCode::NOT_FOUND, r#"{"error":"no such route"}"#.to_string()),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(text)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}

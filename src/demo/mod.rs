@@ -1,0 +1,256 @@
+//! `toolgate demo`: a self-contained tour on loopback. It starts the example backend and
+//! a sidecar in front of it with the example policies (embedded from `examples/`), plays
+//! a scripted agent session, and prints one row per call.
+
+mod backend;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::io::Write;
+use std::path::PathBuf;
+
+use crate::config::{Audit, Identity, Policies, Settings};
+use crate::identity::tokens::digest_hex;
+use crate::sidecar::Sidecar;
+
+const CONTRACTS: &str = include_str!("../../examples/policies/contracts.yaml");
+const AGENTS: &str = include_str!("../../examples/policies/agents.yaml");
+const TOKEN: &str = "demo-ops-token";
+
+/// One scripted call.
+struct Step {
+    scenario: &'static str,
+    tool: &'static str,
+    method: &'static str,
+    path: &'static str,
+    token: Option<&'static str>,
+    body: &'static str,
+}
+
+const STEPS: &[Step] = &[
+    Step {
+        scenario: "allowed call",
+        tool: "read_logs",
+        method: "GET",
+        path: "/logs/orders?window_minutes=30",
+        token: Some(TOKEN),
+        body: "",
+    },
+    Step {
+        scenario: "schema error",
+        tool: "read_logs",
+        method: "GET",
+        path: "/logs/orders?window_minutes=thirty",
+        token: Some(TOKEN),
+        body: "",
+    },
+    Step {
+        scenario: "missing argument",
+        tool: "create_issue",
+        method: "POST",
+        path: "/issues",
+        token: Some(TOKEN),
+        body: r#"{"title":"disk full"}"#,
+    },
+    Step {
+        scenario: "rule: window over a day",
+        tool: "read_logs",
+        method: "GET",
+        path: "/logs/orders?window_minutes=43200",
+        token: Some(TOKEN),
+        body: "",
+    },
+    Step {
+        scenario: "unknown tool",
+        tool: "-",
+        method: "POST",
+        path: "/admin/shell",
+        token: Some(TOKEN),
+        body: r#"{"cmd":"rm -rf /"}"#,
+    },
+    Step {
+        scenario: "tool not allowed",
+        tool: "delete_logs",
+        method: "DELETE",
+        path: "/logs/orders",
+        token: Some(TOKEN),
+        body: "",
+    },
+    Step {
+        scenario: "no credential",
+        tool: "read_logs",
+        method: "GET",
+        path: "/logs/orders",
+        token: None,
+        body: "",
+    },
+    Step {
+        scenario: "backend error, internals hidden",
+        tool: "export_report",
+        method: "GET",
+        path: "/reports/2026-10",
+        token: Some(TOKEN),
+        body: "",
+    },
+    Step {
+        scenario: "allowed write",
+        tool: "create_issue",
+        method: "POST",
+        path: "/issues",
+        token: Some(TOKEN),
+        body: r#"{"project_key":"OPS","title":"disk full"}"#,
+    },
+];
+
+/// One printed row.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub scenario: &'static str,
+    pub tool: &'static str,
+    pub decision: String,
+    pub code: String,
+    pub status: u16,
+    pub told: String,
+}
+
+pub struct Report {
+    pub rows: Vec<Row>,
+    pub audit: PathBuf,
+    pub audit_records: usize,
+}
+
+/// Runs the tour, writing the table to `out`.
+pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
+    let home = std::env::temp_dir().join(format!("toolgate-demo-{}", std::process::id()));
+    let policies = home.join("policies");
+    std::fs::create_dir_all(&policies).with_context(|| format!("creating {}", home.display()))?;
+    std::fs::write(policies.join("contracts.yaml"), CONTRACTS)?;
+    std::fs::write(policies.join("agents.yaml"), AGENTS)?;
+    let tokens = home.join("tokens.yaml");
+    std::fs::write(&tokens, format!("ops-bot: {}\n", digest_hex(TOKEN)))?;
+    let audit = home.join("audit.log");
+    let _ = std::fs::remove_file(&audit);
+
+    let backend = backend::start().await?;
+    let defaults = Settings::default();
+    let settings = Settings {
+        listen: "127.0.0.1:0".parse()?,
+        admin: "127.0.0.1:0".parse()?,
+        upstream: format!("http://{backend}"),
+        policies: Policies {
+            files: vec![policies],
+            ..defaults.policies.clone()
+        },
+        identity: Identity {
+            tokens: Some(tokens),
+            ..defaults.identity.clone()
+        },
+        audit: Audit {
+            path: audit.to_string_lossy().into_owned(),
+            ..defaults.audit.clone()
+        },
+        ..defaults
+    };
+    let sidecar = Sidecar::start(settings).await?;
+    for _ in 0..200 {
+        if sidecar.gate.control.snapshot().is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    anyhow::ensure!(
+        sidecar.gate.control.snapshot().is_some(),
+        "the example policies did not load: {:?}",
+        sidecar.gate.control.errors()
+    );
+
+    writeln!(
+        out,
+        "toolgate demo: example backend on {backend}, sidecar on {}\n",
+        sidecar.agent_addr
+    )?;
+    writeln!(
+        out,
+        "{:<2} {:<32} {:<14} {:<9} {:<20} {:<5} what the agent is told",
+        "#", "scenario", "tool", "decision", "code", "HTTP"
+    )?;
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut rows = Vec::new();
+    for (i, step) in STEPS.iter().enumerate() {
+        let mut request = Request::builder()
+            .method(step.method)
+            .uri(format!("http://{}{}", sidecar.agent_addr, step.path))
+            .header("x-toolgate-session", "demo-session");
+        if let Some(token) = step.token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let response = client
+            .request(request.body(Full::new(Bytes::from_static(step.body.as_bytes())))?)
+            .await?;
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        let (decision, code, status) = (
+            header("x-toolgate-decision"),
+            header("x-toolgate-code"),
+            response.status().as_u16(),
+        );
+        let body = response.into_body().collect().await?.to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let told = match json["error"]["message"].as_str() {
+            Some(message) => format!(
+                "{message} [{}]",
+                json["error"]["recovery"].as_str().unwrap_or("")
+            ),
+            None => String::from_utf8_lossy(&body).chars().take(80).collect(),
+        };
+        let row = Row {
+            scenario: step.scenario,
+            tool: step.tool,
+            decision,
+            code: if code.is_empty() { "-".into() } else { code },
+            status,
+            told,
+        };
+        writeln!(
+            out,
+            "{:<2} {:<32} {:<14} {:<9} {:<20} {:<5} {}",
+            i + 1,
+            row.scenario,
+            row.tool,
+            row.decision,
+            row.code,
+            row.status,
+            row.told
+        )?;
+        rows.push(row);
+    }
+    sidecar.shutdown().await;
+    let text = std::fs::read_to_string(&audit)?;
+    let audit_records = crate::audit::verify::verify(&text)
+        .map_err(|b| anyhow::anyhow!("audit chain broken at line {}: {}", b.line, b.reason))?;
+    writeln!(
+        out,
+        "\naudit log: {} ({audit_records} records, hash chain intact)",
+        audit.display()
+    )?;
+    writeln!(
+        out,
+        "verify it yourself: toolgate audit verify {}",
+        audit.display()
+    )?;
+    Ok(Report {
+        rows,
+        audit,
+        audit_records,
+    })
+}

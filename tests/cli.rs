@@ -1,0 +1,184 @@
+//! The `toolgate` binary as a user runs it: check, audit verify, run + SIGTERM, demo.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn toolgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+}
+
+#[test]
+fn check_accepts_the_examples() {
+    let out = toolgate()
+        .args(["check", "examples/policies"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ok: 5 objects in 2 files"), "{text}");
+}
+
+#[test]
+fn check_reports_file_object_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: t}
+spec: {tool: t, http: {method: GET, path: /t}, input: {type: object}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: p}
+spec:
+  agents: [a]
+  tools:
+    - name: t
+      rules: [{name: r, expr: "argz.x == 1"}]
+    - name: ghost
+"#,
+    )
+    .unwrap();
+    let out = toolgate().arg("check").arg(&bad).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "bad.yaml: AgentPolicy/p: spec.tools[0].rules[0].expr: unknown variable \"argz\""
+        ),
+        "{text}"
+    );
+    let fixed = std::fs::read_to_string(&bad)
+        .unwrap()
+        .replace("argz", "args");
+    std::fs::write(&bad, fixed).unwrap();
+    let out = toolgate().arg("check").arg(&bad).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("spec.tools[1].name: no ToolContract defines tool ghost"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
+    let backend = Backend::start(std::sync::Arc::new(|_: &Seen| {
+        (
+            200,
+            vec![("content-type", "application/json".to_string())],
+            r#"{"lines":[]}"#.to_string(),
+            Duration::from_millis(700),
+        )
+    }))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let audit = dir.path().join("audit.log");
+    let settings = dir.path().join("toolgate.yaml");
+    let port = closed_port().await.port();
+    let admin = closed_port().await.port();
+    std::fs::write(
+        &settings,
+        format!(
+            "listen: 127.0.0.1:{port}\nadmin: 127.0.0.1:{admin}\nupstream: http://{}\npolicies: {{files: [{root}/examples/policies]}}\nidentity: {{tokens: {root}/examples/tokens.yaml}}\naudit: {{path: {}}}\n",
+            backend.addr,
+            audit.display()
+        ),
+    )
+    .unwrap();
+    let mut child = toolgate()
+        .args(["run", "--config"])
+        .arg(&settings)
+        .env("TOOLGATE_LIMITS_MAX_HEADERS", "50")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    // Wait for readiness.
+    let ready = format!("http://127.0.0.1:{admin}/readyz");
+    let mut up = false;
+    for _ in 0..100 {
+        if let Ok(r) = client.get(ready.parse().unwrap()).await {
+            if r.status() == 200 {
+                up = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "toolgate run never became ready");
+    let request = http::Request::get(format!("http://127.0.0.1:{port}/logs/orders"))
+        .header("authorization", "Bearer demo-ops-token")
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let in_flight = tokio::spawn(client.request(request));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let response = in_flight
+        .await
+        .unwrap()
+        .expect("the in-flight call completes during the drain");
+    assert_eq!(response.status(), 200);
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "exit status {status}");
+    let out = toolgate()
+        .args(["audit", "verify"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Tamper: the same file with one record edited fails, naming the line.
+    let text = std::fs::read_to_string(&audit)
+        .unwrap()
+        .replace("\"allow\"", "\"deny\"");
+    std::fs::write(&audit, text).unwrap();
+    let out = toolgate()
+        .args(["audit", "verify"])
+        .arg(&audit)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("broken at line 1"));
+}
+
+#[test]
+fn demo_prints_every_scenario_and_exits_zero() {
+    let out = toolgate().arg("demo").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "INVALID_ARGUMENTS",
+        "MISSING_ARGUMENT",
+        "UNKNOWN_TOOL",
+        "TOOL_NOT_ALLOWED",
+        "BACKEND_ERROR",
+        "hash chain intact",
+    ] {
+        assert!(text.contains(expected), "missing {expected} in\n{text}");
+    }
+    assert!(
+        !text.contains("db-7"),
+        "backend internals leaked into the demo:\n{text}"
+    );
+}
