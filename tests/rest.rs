@@ -315,3 +315,21 @@ async fn admin_endpoints_report_state() {
     assert!(metrics.contains("toolgate_policy_synchronized 1"));
     h.stop().await;
 }
+
+#[tokio::test]
+async fn h2c_prior_knowledge_is_served() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let request = http::Request::get(format!("{}/logs/orders", h.base))
+        .header("authorization", format!("Bearer {OPS_TOKEN}"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let response = client.request(request).await.expect("h2c request");
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    assert_eq!(backend.last().headers["x-toolgate-agent"], "ops-bot");
+    h.stop().await;
+}
