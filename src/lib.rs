@@ -16,3 +16,4 @@ pub mod identity;
 pub mod proxy;
 pub mod sidecar;
 pub mod telemetry;
+pub mod tls;

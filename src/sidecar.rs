@@ -13,12 +13,15 @@ use crate::admin::Admin;
 use crate::audit::AuditLog;
 use crate::config::Settings;
 use crate::control::{files, BuildOptions, Control};
+use crate::identity::jwt::AgentJwt;
+use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::proxy::server::{serve, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{pipeline, Gate};
 use crate::telemetry::metrics::Metrics;
+use crate::tls::TlsConfig;
 
 pub struct Sidecar {
     pub agent_addr: SocketAddr,
@@ -52,15 +55,16 @@ impl Sidecar {
                 control.clone(),
             )));
         }
-        let tokens = match &settings.identity.tokens {
-            Some(path) => {
-                let tokens = Arc::new(
-                    Tokens::load(path)
+        let identity = load_identity(&settings, &mut background)?;
+        let tls = match &settings.tls {
+            Some(tls) => {
+                let tls = Arc::new(
+                    TlsConfig::load(tls)
                         .map_err(anyhow::Error::msg)
-                        .context("identity.tokens")?,
+                        .context("tls")?,
                 );
-                background.push(tokio::spawn(tokens.clone().watch(path.clone())));
-                Some(tokens)
+                background.push(tokio::spawn(tls.clone().watch()));
+                Some(tls)
             }
             None => None,
         };
@@ -72,7 +76,7 @@ impl Sidecar {
         );
         let gate = Arc::new(Gate {
             control: control.clone(),
-            identity: Identity { tokens },
+            identity,
             upstream,
             audit,
             metrics: metrics.clone(),
@@ -96,6 +100,7 @@ impl Sidecar {
         let agent = tokio::spawn(serve(
             agent_listener,
             ConnLimits::from_settings(&settings.limits),
+            tls,
             move |request| pipeline::serve(agent_gate.clone(), request),
             until_stopped(stopped.clone()),
         ));
@@ -103,6 +108,7 @@ impl Sidecar {
         let admin = tokio::spawn(serve(
             admin_listener,
             ConnLimits::admin(),
+            None,
             move |request| {
                 let admin = admin.clone();
                 async move { admin.handle(request).await }
@@ -133,4 +139,40 @@ impl Sidecar {
         self.gate.audit.flush().await;
         tracing::info!("toolgate stopped");
     }
+}
+
+/// Static tokens, agent JWT issuers and task issuers, each watched for changes.
+fn load_identity(
+    settings: &Settings,
+    background: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Identity> {
+    let mut identity = Identity::default();
+    if let Some(path) = &settings.identity.tokens {
+        let tokens = Arc::new(
+            Tokens::load(path)
+                .map_err(anyhow::Error::msg)
+                .context("identity.tokens")?,
+        );
+        background.push(tokio::spawn(tokens.clone().watch(path.clone())));
+        identity.tokens = Some(tokens);
+    }
+    if !settings.identity.jwt.is_empty() {
+        let jwt = AgentJwt::load(&settings.identity.jwt)
+            .map_err(anyhow::Error::msg)
+            .context("identity.jwt")?;
+        for issuer in jwt.issuers() {
+            background.push(tokio::spawn(issuer.clone().watch()));
+        }
+        identity.jwt = Some(jwt);
+    }
+    if !settings.identity.task_issuers.is_empty() {
+        let tasks = TaskTokens::load(&settings.identity.task_issuers)
+            .map_err(anyhow::Error::msg)
+            .context("identity.taskIssuers")?;
+        for issuer in tasks.issuers() {
+            background.push(tokio::spawn(issuer.clone().watch()));
+        }
+        identity.tasks = Some(tasks);
+    }
+    Ok(identity)
 }

@@ -34,6 +34,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("tls.cert", Kind::Str),
     ("tls.key", Kind::Str),
     ("tls.clientCa", Kind::Str),
+    ("tls.agentSan", Kind::Str),
     ("telemetry.otlpEndpoint", Kind::Str),
     ("telemetry.otlpProtocol", Kind::Str),
     ("telemetry.serviceName", Kind::Str),
@@ -185,6 +186,7 @@ mod tests {
                 cert: "c".into(),
                 key: "k".into(),
                 client_ca: Some("ca".into()),
+                agent_san: Default::default(),
             }),
             identity: super::super::Identity {
                 tokens: Some("t".into()),

@@ -135,6 +135,21 @@ pub struct Tls {
     /// Turns on mTLS: a client certificate signed by this CA is required and names the agent.
     #[serde(default)]
     pub client_ca: Option<PathBuf>,
+    /// Which SAN of the client certificate is the agent id.
+    #[serde(default)]
+    pub agent_san: AgentSan,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AgentSan {
+    /// The first `spiffe://` URI SAN.
+    #[default]
+    Spiffe,
+    /// The first URI SAN.
+    Uri,
+    /// The first DNS SAN.
+    Dns,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -1,21 +1,50 @@
 //! CEL rules, compiled when the snapshot is built and evaluated after schema validation.
 //!
-//! Compilation also bounds cost, since CEL can't be interrupted once it runs: an
-//! expression has at most [`MAX_NODES`] nodes and no comprehension nested inside another
-//! (`all`, `exists`, `map`, `filter`). Evaluation is then linear in the size of the
-//! validated arguments, which `limits.maxBodyBytes` bounds. Only the five variables of
-//! DESIGN §2 may be read; anything else is a compile error, not a runtime surprise.
+//! Compilation also bounds cost and depth, since CEL can't be interrupted once it runs
+//! and recurses on the stack: a source has at most [`MAX_SOURCE`] bytes, the tree at most
+//! [`MAX_NODES`] nodes and [`MAX_DEPTH`] levels, and no comprehension (`all`, `exists`,
+//! `map`, `filter`) nests inside another. Parsing runs on its own thread with a large
+//! stack, so even a hostile expression is rejected rather than crashing the process.
+//! Evaluation is then linear in the size of the validated arguments, which
+//! `limits.maxBodyBytes` bounds. Only the five variables of DESIGN §2 and the functions in
+//! [`FUNCTIONS`] may be used; anything else is a compile error, not a runtime surprise.
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::{Context, Program, Value};
+use cel::objects::{Key, Map};
+use cel::parser::Parser;
+use cel::{Context, Value};
 use serde_json::Value as Json;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::crd::Rule;
 use crate::proxy::reject::Recovery;
 
 pub const VARIABLES: [&str; 5] = ["args", "agent", "task", "session", "request"];
 pub const MAX_NODES: usize = 512;
+pub const MAX_DEPTH: usize = 48;
+pub const MAX_SOURCE: usize = 4096;
+/// The CEL standard functions rules may call (operators aside).
+pub const FUNCTIONS: [&str; 17] = [
+    "size",
+    "contains",
+    "startsWith",
+    "endsWith",
+    "matches",
+    "string",
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "bytes",
+    "type",
+    "dyn",
+    "max",
+    "min",
+    "exists",
+    "all",
+];
+const PARSER_STACK: usize = 64 << 20;
 
 pub struct CompiledRule {
     pub name: String,
@@ -24,7 +53,7 @@ pub struct CompiledRule {
     pub recovery: Option<Recovery>,
     /// Reads `task`: a denial is `OUT_OF_TASK_SCOPE`, and no task token denies it.
     pub reads_task: bool,
-    program: Program,
+    expression: IdedExpr,
 }
 
 impl std::fmt::Debug for CompiledRule {
@@ -53,13 +82,12 @@ impl Bindings {
         session: &Json,
         request: &Json,
     ) -> Result<Bindings, String> {
-        let conv = |v: &Json| cel::to_value(v).map_err(|e| e.to_string());
         Ok(Bindings {
-            args: conv(args)?,
-            agent: conv(agent)?,
-            task: task.map(conv).transpose()?,
-            session: conv(session)?,
-            request: conv(request)?,
+            args: to_cel(args),
+            agent: to_cel(agent),
+            task: task.map(to_cel),
+            session: to_cel(session),
+            request: to_cel(request),
         })
     }
 }
@@ -77,11 +105,25 @@ impl CompiledRule {
         if rule.name.trim().is_empty() {
             return Err("the rule needs a name".into());
         }
-        let program = Program::compile(&rule.expr).map_err(|e| format!("CEL syntax: {e}"))?;
+        if rule.expr.len() > MAX_SOURCE {
+            return Err(format!(
+                "expression too long: {} bytes (at most {MAX_SOURCE})",
+                rule.expr.len()
+            ));
+        }
+        let expression = parse(&rule.expr)?;
         let mut walk = Walk::default();
-        walk.visit(program.expression(), 0, &mut Vec::new());
+        walk.visit(&expression, 0, &mut Vec::new(), 0);
         if let Some(problem) = walk.problem {
             return Err(problem);
+        }
+        let references = expression.references();
+        if let Some(unknown) = references
+            .functions()
+            .into_iter()
+            .find(|f| !is_operator(f) && !FUNCTIONS.contains(f))
+        {
+            return Err(format!("unknown function {unknown:?}"));
         }
         if walk.nodes > MAX_NODES {
             return Err(format!(
@@ -101,7 +143,7 @@ impl CompiledRule {
             message: rule.message.clone(),
             recovery: rule.recovery,
             reads_task: walk.free.contains("task"),
-            program,
+            expression,
         })
     }
 
@@ -117,7 +159,7 @@ impl CompiledRule {
             None if self.reads_task => return Err(Failure::NoTask),
             None => {}
         }
-        match self.program.execute(&ctx) {
+        match Value::resolve(&self.expression, &ctx) {
             Ok(Value::Bool(true)) => Ok(()),
             Ok(Value::Bool(false)) => Err(Failure::False),
             Ok(other) => Err(Failure::Error(format!(
@@ -128,7 +170,52 @@ impl CompiledRule {
     }
 }
 
-/// One pass over the AST: node count, free variables, comprehension nesting.
+/// Parses on a thread with a large stack: the parser recurses, and a hostile expression
+/// must fail to compile, not overflow the sidecar's stack.
+fn parse(source: &str) -> Result<IdedExpr, String> {
+    let owned = source.to_string();
+    std::thread::Builder::new()
+        .name("toolgate-cel-parse".into())
+        .stack_size(PARSER_STACK)
+        .spawn(move || {
+            Parser::new()
+                .max_recursion_depth(MAX_DEPTH as u16)
+                .parse(&owned)
+        })
+        .map_err(|e| format!("cannot start the CEL parser: {e}"))?
+        .join()
+        .map_err(|_| "the CEL parser failed on this expression".to_string())?
+        .map_err(|e| format!("CEL syntax: {e}"))
+}
+
+fn is_operator(name: &str) -> bool {
+    name.starts_with('_') || name.starts_with('@') || name.starts_with('!') || name.starts_with('-')
+}
+
+/// JSON to CEL, keeping integers `int` (CEL's serde path makes non-negative ones `uint`,
+/// which then can't be added to an `int` literal).
+pub fn to_cel(value: &Json) -> Value {
+    match value {
+        Json::Null => Value::Null,
+        Json::Bool(b) => Value::Bool(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::Int(i),
+            (None, Some(u)) => Value::UInt(u),
+            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::String(Arc::new(s.clone())),
+        Json::Array(items) => Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Json::Object(fields) => {
+            let map: HashMap<Key, Value> = fields
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// One pass over the AST: node count, depth, free variables, comprehension nesting.
 #[derive(Default)]
 struct Walk {
     nodes: usize,
@@ -137,49 +224,65 @@ struct Walk {
 }
 
 impl Walk {
-    fn visit(&mut self, e: &IdedExpr, comprehensions: usize, bound: &mut Vec<String>) {
+    fn visit(
+        &mut self,
+        e: &IdedExpr,
+        comprehensions: usize,
+        bound: &mut Vec<String>,
+        depth: usize,
+    ) {
         self.nodes += 1;
+        if depth > MAX_DEPTH || self.nodes > MAX_NODES {
+            // Stop descending: the expression is refused either way.
+            if depth > MAX_DEPTH {
+                self.problem.get_or_insert_with(|| {
+                    format!("expression nested too deeply (at most {MAX_DEPTH} levels)")
+                });
+            }
+            return;
+        }
+        let d = depth + 1;
         match &e.expr {
             Expr::Ident(name) => {
                 if !bound.contains(name) {
                     self.free.insert(name.clone());
                 }
             }
-            Expr::Select(s) => self.visit(&s.operand, comprehensions, bound),
+            Expr::Select(s) => self.visit(&s.operand, comprehensions, bound, d),
             Expr::Call(c) => {
                 if let Some(target) = &c.target {
-                    self.visit(target, comprehensions, bound);
+                    self.visit(target, comprehensions, bound, d);
                 }
                 c.args
                     .iter()
-                    .for_each(|a| self.visit(a, comprehensions, bound));
+                    .for_each(|a| self.visit(a, comprehensions, bound, d));
             }
             Expr::List(l) => l
                 .elements
                 .iter()
-                .for_each(|a| self.visit(a, comprehensions, bound)),
+                .for_each(|a| self.visit(a, comprehensions, bound, d)),
             Expr::Map(m) => m
                 .entries
                 .iter()
-                .for_each(|en| self.entry(&en.expr, comprehensions, bound)),
+                .for_each(|en| self.entry(&en.expr, comprehensions, bound, d)),
             Expr::Struct(s) => s
                 .entries
                 .iter()
-                .for_each(|en| self.entry(&en.expr, comprehensions, bound)),
+                .for_each(|en| self.entry(&en.expr, comprehensions, bound, d)),
             Expr::Comprehension(c) => {
                 if comprehensions > 0 {
                     self.problem = Some(
                         "a comprehension (all, exists, map, filter) inside another is not allowed: its cost would grow with the square of the input".into(),
                     );
                 }
-                self.visit(&c.iter_range, comprehensions, bound);
-                self.visit(&c.accu_init, comprehensions, bound);
+                self.visit(&c.iter_range, comprehensions, bound, d);
+                self.visit(&c.accu_init, comprehensions, bound, d);
                 let scope = bound.len();
                 bound.push(c.iter_var.clone());
                 bound.extend(c.iter_var2.clone());
                 bound.push(c.accu_var.clone());
                 for part in [&c.loop_cond, &c.loop_step, &c.result] {
-                    self.visit(part, comprehensions + 1, bound);
+                    self.visit(part, comprehensions + 1, bound, d);
                 }
                 bound.truncate(scope);
             }
@@ -187,12 +290,18 @@ impl Walk {
         }
     }
 
-    fn entry(&mut self, entry: &EntryExpr, comprehensions: usize, bound: &mut Vec<String>) {
+    fn entry(
+        &mut self,
+        entry: &EntryExpr,
+        comprehensions: usize,
+        bound: &mut Vec<String>,
+        depth: usize,
+    ) {
         match entry {
-            EntryExpr::StructField(f) => self.visit(&f.value, comprehensions, bound),
+            EntryExpr::StructField(f) => self.visit(&f.value, comprehensions, bound, depth),
             EntryExpr::MapEntry(m) => {
-                self.visit(&m.key, comprehensions, bound);
-                self.visit(&m.value, comprehensions, bound);
+                self.visit(&m.key, comprehensions, bound, depth);
+                self.visit(&m.value, comprehensions, bound, depth);
             }
         }
     }
@@ -283,6 +392,38 @@ mod tests {
             r.evaluate(&mk_bindings(json!({"n": 1}), None)),
             Err(Failure::Error(_))
         ));
+    }
+
+    #[test]
+    fn integers_stay_integers() {
+        let r = CompiledRule::compile(&mk_rule("args.n + 1 == 11 && args.n - 20 == -10")).unwrap();
+        assert_eq!(r.evaluate(&mk_bindings(json!({"n": 10}), None)), Ok(()));
+    }
+
+    #[test]
+    fn hostile_expressions_are_refused_not_crashed_on() {
+        let deep = format!("{}1{}", "(".repeat(2000), ")".repeat(2000));
+        assert!(CompiledRule::compile(&mk_rule(&deep)).is_err());
+        let chain = vec!["1"; 1500].join(" + ");
+        assert!(CompiledRule::compile(&mk_rule(&chain)).is_err());
+        let selects = format!("args{} == 1", ".a".repeat(1500));
+        assert!(CompiledRule::compile(&mk_rule(&selects)).is_err());
+        let wide = vec!["args.n == 1"; 200].join(" || ");
+        assert!(CompiledRule::compile(&mk_rule(&wide))
+            .unwrap_err()
+            .contains("too"));
+    }
+
+    #[test]
+    fn unknown_functions_fail_to_compile() {
+        assert!(CompiledRule::compile(&mk_rule("launch(args.n)"))
+            .unwrap_err()
+            .contains("launch"));
+        let r = CompiledRule::compile(&mk_rule(
+            "size(args.s) > 0 && args.s.startsWith('a') && args.s.matches('^a+$')",
+        ))
+        .unwrap();
+        assert_eq!(r.evaluate(&mk_bindings(json!({"s": "aaa"}), None)), Ok(()));
     }
 
     #[test]

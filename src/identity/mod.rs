@@ -1,5 +1,10 @@
-//! Who is calling: bearer tokens today; JWTs and client certificates as they land.
+//! Who is calling, and for which task: bearer tokens, agent JWTs, client certificates,
+//! and orchestrator-signed task tokens.
 
+pub mod jwks;
+pub mod jwt;
+pub mod task;
 pub mod tokens;
+pub mod verified;
 
 pub use tokens::Tokens;

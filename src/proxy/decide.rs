@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 use crate::control::contract::Contract;
 use crate::control::policy::Policy;
 use crate::control::rule::Bindings;
+use crate::identity::task::TaskTokens;
 use crate::proxy::reject::{Code, Reject};
 use crate::proxy::stage::authorize::authorize;
 use crate::proxy::stage::identify::Agent;
@@ -28,14 +29,21 @@ pub fn decide(
     contract: &Contract,
     args: Value,
     request: &RequestView<'_>,
+    tasks: Option<&TaskTokens>,
 ) -> Result<Arguments, Reject> {
     let permit = authorize(policy, &agent.id, &contract.tool)?;
     let args = validate(contract, args)?;
     if !permit.grant.rules.is_empty() {
+        // The task token is verified only when a rule will read it.
+        let task = if permit.grant.rules.iter().any(|r| r.reads_task) {
+            task_claims(request.headers, &agent.id, tasks)
+        } else {
+            None
+        };
         let bindings = Bindings::new(
             &args.value,
             &agent.cel_value(),
-            None,
+            task.as_ref(),
             &json!({"id": request.session, "calls": 0}),
             &json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}),
         )
@@ -43,6 +51,11 @@ pub fn decide(
         rules::check(permit.grant, &bindings)?;
     }
     Ok(args)
+}
+
+fn task_claims(headers: &HeaderMap, agent: &str, tasks: Option<&TaskTokens>) -> Option<Value> {
+    let token = headers.get(crate::proxy::headers::TASK)?.to_str().ok()?;
+    tasks?.claims(token.trim(), agent)
 }
 
 /// Request headers as rules see them: lowercase names, text values, no credentials.

@@ -26,6 +26,7 @@ use crate::proxy::stage::classify::classify;
 use crate::proxy::stage::identify::identify;
 use crate::proxy::stage::validate::Arguments;
 use crate::telemetry::trace::TraceContext;
+use crate::tls::PeerIdentity;
 
 /// Serves one agent request.
 pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body> {
@@ -91,7 +92,11 @@ async fn process(
     outcome.tool = Some(contract.tool.clone());
     outcome.set_args(&call.args);
 
-    let agent = identify(&gate.identity, &parts.headers)?;
+    let agent = identify(
+        &gate.identity,
+        &parts.headers,
+        parts.extensions.get::<PeerIdentity>(),
+    )?;
     outcome.agent = Some(agent.id.to_string());
     // A disabled or ungoverned agent is refused even in shadow mode.
     let policy = authorize::policy(&snapshot, &agent.id)?;
@@ -102,7 +107,14 @@ async fn process(
         session: session.as_deref(),
     };
     let raw_args = call.args.clone();
-    let args = match decide(policy, &agent, contract, call.args, &view) {
+    let args = match decide(
+        policy,
+        &agent,
+        contract,
+        call.args,
+        &view,
+        gate.identity.tasks.as_ref(),
+    ) {
         Ok(args) => {
             outcome.decision = Decision::Allow;
             args

@@ -6,7 +6,7 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Limits;
 use crate::proxy::body::Body;
+use crate::tls::{PeerIdentity, TlsConfig};
 
 /// Connection-level limits of one listener.
 #[derive(Debug, Clone)]
@@ -54,6 +55,7 @@ impl ConnLimits {
 pub async fn serve<H, Fut>(
     listener: TcpListener,
     limits: ConnLimits,
+    tls: Option<Arc<TlsConfig>>,
     handler: H,
     shutdown: impl Future<Output = ()>,
 ) where
@@ -94,18 +96,31 @@ pub async fn serve<H, Fut>(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
         let handler = handler.clone();
-        let service = hyper::service::service_fn(move |request| {
-            let response = handler(request);
-            async move { Ok::<_, Infallible>(response.await) }
-        });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let tls = tls.clone();
+        let handshake_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            match tls {
+                None => serve_io(&builder, watcher, TokioIo::new(stream), handler, None).await,
+                Some(tls) => {
+                    // The handshake gets the same budget as a request head: a client
+                    // that stalls it can't hold a connection slot.
+                    let accepted =
+                        tokio::time::timeout(handshake_timeout, tls.acceptor().accept(stream))
+                            .await;
+                    let stream = match accepted {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => return tracing::debug!("TLS handshake timed out"),
+                    };
+                    let peer = tls.peer_identity(stream.get_ref().1);
+                    if tls.requires_client_cert() && peer.is_none() {
+                        return tracing::info!("client certificate names no agent; closing");
+                    }
+                    serve_io(&builder, watcher, TokioIo::new(stream), handler, peer).await
+                }
             }
             drop(permit);
         });
@@ -116,5 +131,30 @@ pub async fn serve<H, Fut>(
         .is_err()
     {
         tracing::warn!("drain timeout passed with calls still in flight");
+    }
+}
+
+/// Serves one connection; a verified client identity rides along in request extensions.
+async fn serve_io<I, H, Fut>(
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: Watcher,
+    io: I,
+    handler: H,
+    peer: Option<PeerIdentity>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        if let Some(peer) = &peer {
+            request.extensions_mut().insert(peer.clone());
+        }
+        let response = handler(request);
+        async move { Ok::<_, Infallible>(response.await) }
+    });
+    let connection = builder.serve_connection(io, service).into_owned();
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
 }

@@ -451,3 +451,5 @@ pub async fn closed_port() -> SocketAddr {
     drop(listener);
     addr
 }
+
+pub mod keys;

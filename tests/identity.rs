@@ -1,0 +1,293 @@
+//! Calls checked against who the caller is and what task was confirmed: task tokens,
+//! agent JWTs, client certificates, shadow mode. Keys and certificates are made per test.
+
+mod common;
+
+use common::keys::*;
+use common::*;
+use serde_json::json;
+
+const TASK_RULES: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools:
+    - name: read_logs
+      rules:
+        - name: within-task-window
+          expr: "args.window_minutes <= task.window_minutes && args.service == task.service"
+          message: The window is wider than the confirmed task allows.
+          recovery: ask_user
+"#;
+
+struct Orchestrator {
+    rsa: SigningKey,
+    ec: SigningKey,
+    ed: SigningKey,
+}
+
+fn mk_orchestrator(dir: &std::path::Path) -> (Orchestrator, std::path::PathBuf) {
+    let o = Orchestrator {
+        rsa: SigningKey::rsa("o-rsa"),
+        ec: SigningKey::ec("o-ec"),
+        ed: SigningKey::ed("o-ed"),
+    };
+    let path = dir.join("task-jwks.json");
+    std::fs::write(&path, jwks(&[&o.rsa, &o.ec, &o.ed])).unwrap();
+    (o, path)
+}
+
+fn task_claims(window: u64, service: &str) -> serde_json::Value {
+    json!({"iss": "orchestrator", "exp": now() + 300, "window_minutes": window, "service": service})
+}
+
+#[tokio::test]
+async fn task_token_binds_arguments_to_the_confirmed_task() {
+    let keys_dir = tempfile::tempdir().unwrap();
+    let (orchestrator, jwks_path) = mk_orchestrator(keys_dir.path());
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: format!("{CONTRACTS}---{TASK_RULES}"),
+            tweak: Box::new(move |s| {
+                s.identity.task_issuers = vec![toolgate::config::TaskIssuer {
+                    issuer: "orchestrator".into(),
+                    jwks: jwks_path,
+                    audience: None,
+                }];
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    // The user confirmed 30 minutes of the orders logs; RS256, ES256 and EdDSA all work.
+    for key in [&orchestrator.rsa, &orchestrator.ec, &orchestrator.ed] {
+        let task = key.sign(&task_claims(30, "orders"));
+        let r = h
+            .call(
+                "GET",
+                "/logs/orders?window_minutes=30",
+                Some(OPS_TOKEN),
+                &[("x-toolgate-task", &task)],
+                "",
+            )
+            .await;
+        assert_eq!(r.status, 200, "{:?}: {}", key.alg, r.text);
+    }
+    let task = orchestrator.rsa.sign(&task_claims(30, "orders"));
+    // The model asks for 43,200 minutes: the interface allows it, the task does not.
+    let r = h
+        .call(
+            "GET",
+            "/logs/orders?window_minutes=43200",
+            Some(OPS_TOKEN),
+            &[("x-toolgate-task", &task)],
+            "",
+        )
+        .await;
+    r.assert_refused("OUT_OF_TASK_SCOPE", 403);
+    assert_eq!(r.json["error"]["recovery"], "ask_user");
+    assert_eq!(r.json["error"]["rule"], "within-task-window");
+    assert_eq!(
+        r.json["error"]["message"],
+        "The window is wider than the confirmed task allows."
+    );
+    // Another service than the task's.
+    let r = h
+        .call(
+            "GET",
+            "/logs/payments?window_minutes=30",
+            Some(OPS_TOKEN),
+            &[("x-toolgate-task", &task)],
+            "",
+        )
+        .await;
+    r.assert_refused("OUT_OF_TASK_SCOPE", 403);
+    // No task token, an expired one, a forged one, one bound to another agent.
+    let expired = orchestrator.rsa.sign(&json!({"iss": "orchestrator", "exp": now() - 120, "window_minutes": 30, "service": "orders"}));
+    let forged = SigningKey::ec("o-ec").sign(&task_claims(30, "orders"));
+    let foreign = orchestrator.rsa.sign(&json!({"iss": "orchestrator", "exp": now() + 300, "agent": "other-bot", "window_minutes": 30, "service": "orders"}));
+    for headers in [
+        vec![],
+        vec![("x-toolgate-task", expired.as_str())],
+        vec![("x-toolgate-task", forged.as_str())],
+        vec![("x-toolgate-task", foreign.as_str())],
+    ] {
+        let r = h
+            .call(
+                "GET",
+                "/logs/orders?window_minutes=30",
+                Some(OPS_TOKEN),
+                &headers,
+                "",
+            )
+            .await;
+        r.assert_refused("OUT_OF_TASK_SCOPE", 403);
+    }
+    assert_eq!(backend.count(), 3);
+    assert!(
+        backend.last().headers.get("x-toolgate-task").is_none(),
+        "the task token stays at the gateway"
+    );
+    h.stop().await;
+}
+
+const TENANT_RULES: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: list-invoices}
+spec:
+  tool: list_invoices
+  http: {method: GET, path: "/invoices/{tenant}"}
+  input: {type: object, required: [tenant], properties: {tenant: {type: string}}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: billing-bot}
+spec:
+  agents: [billing-bot]
+  tools:
+    - name: list_invoices
+      rules:
+        - name: own-tenant-only
+          expr: "args.tenant == agent.claims.tenant"
+          message: Agents may only read their own tenant's invoices.
+"#;
+
+#[tokio::test]
+async fn jwt_identity_binds_arguments_to_claims() {
+    let keys_dir = tempfile::tempdir().unwrap();
+    let idp = SigningKey::rsa("idp-1");
+    let jwks_path = keys_dir.path().join("jwks.json");
+    std::fs::write(&jwks_path, jwks(&[&idp])).unwrap();
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: TENANT_RULES.to_string(),
+            tweak: Box::new(move |s| {
+                s.identity.jwt = vec![toolgate::config::JwtIssuer {
+                    issuer: "https://idp.example".into(),
+                    audience: "toolgate".into(),
+                    jwks: jwks_path,
+                    agent_claim: "sub".into(),
+                }];
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    let claims = |tenant: &str| json!({"iss": "https://idp.example", "aud": "toolgate", "sub": "billing-bot", "tenant": tenant, "exp": now() + 300});
+    let acme = idp.sign(&claims("acme"));
+    let r = h.call("GET", "/invoices/acme", Some(&acme), &[], "").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(backend.last().headers["x-toolgate-agent"], "billing-bot");
+    // A token for another tenant can't read acme, whatever the arguments claim.
+    let globex = idp.sign(&claims("globex"));
+    let r = h
+        .call("GET", "/invoices/acme", Some(&globex), &[], "")
+        .await;
+    r.assert_refused("POLICY_DENIED", 403);
+    assert_eq!(r.json["error"]["rule"], "own-tenant-only");
+    assert_eq!(r.json["error"]["recovery"], "stop");
+    // Identity supplied in the arguments is just an argument: it never satisfies the rule.
+    let spoof = r#"{"agent": {"claims": {"tenant": "acme"}}}"#;
+    let r = h
+        .call(
+            "GET",
+            "/invoices/acme?agent=x",
+            Some(&globex),
+            &[("content-type", "application/json")],
+            spoof,
+        )
+        .await;
+    assert_ne!(r.status, 200, "{}", r.text);
+    // Expired, wrong audience, alg none, HS256 signed with the public key (key confusion),
+    // and a valid signature from an unknown key.
+    let expired = idp.sign(&json!({"iss": "https://idp.example", "aud": "toolgate", "sub": "billing-bot", "tenant": "acme", "exp": now() - 120}));
+    let wrong_aud = idp.sign(&json!({"iss": "https://idp.example", "aud": "elsewhere", "sub": "billing-bot", "tenant": "acme", "exp": now() + 300}));
+    let none = unsigned(&claims("acme"));
+    let confused = hs256_with(idp.jwk.to_string().as_bytes(), &claims("acme"));
+    let stranger = SigningKey::rsa("idp-1").sign(&claims("acme"));
+    for token in [expired, wrong_aud, none, confused, stranger] {
+        h.call("GET", "/invoices/acme", Some(&token), &[], "")
+            .await
+            .assert_refused("UNAUTHENTICATED", 401);
+    }
+    assert_eq!(backend.count(), 1);
+    h.stop().await;
+}
+
+const SHADOW: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  mode: shadow
+  tools:
+    - name: read_logs
+      rules: [{name: short-windows, expr: "args.window_minutes <= 60"}]
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: retired-bot}
+spec:
+  agents: [retired-bot]
+  mode: shadow
+  enabled: false
+  tools: [{name: read_logs}]
+"#;
+
+#[tokio::test]
+async fn shadow_mode_records_but_forwards_only_when_the_sidecar_allows_it() {
+    for allow_shadow in [true, false] {
+        let backend = Backend::example().await;
+        let h = Harness::start(
+            backend.addr,
+            Options {
+                policies: format!("{CONTRACTS}---{SHADOW}"),
+                tweak: Box::new(move |s| s.policies.allow_shadow = allow_shadow),
+                ..Options::default()
+            },
+        )
+        .await;
+        let r = h
+            .call(
+                "GET",
+                "/logs/orders?window_minutes=600",
+                Some(OPS_TOKEN),
+                &[],
+                "",
+            )
+            .await;
+        if allow_shadow {
+            assert_eq!(r.status, 200, "{}", r.text);
+            assert_eq!(r.header("x-toolgate-decision"), "shadow-deny");
+            assert_eq!(r.header("x-toolgate-code"), "POLICY_DENIED");
+            assert_eq!(backend.count(), 1);
+        } else {
+            r.assert_refused("POLICY_DENIED", 403);
+            assert_eq!(
+                backend.count(),
+                0,
+                "a policy alone can't switch enforcement off"
+            );
+        }
+        // The kill switch stops everything, shadow or not.
+        h.call("GET", "/logs/orders", Some(RETIRED_TOKEN), &[], "")
+            .await
+            .assert_refused("AGENT_DISABLED", 403);
+        let dir = h.stop_keeping_files().await;
+        let audit = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+        let first: serde_json::Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            first["decision"],
+            if allow_shadow { "shadow-deny" } else { "deny" }
+        );
+        assert_eq!(first["rule"], "short-windows");
+    }
+}
