@@ -101,7 +101,7 @@ async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
         .spawn()
         .unwrap();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
     // Wait for readiness.
     let ready = format!("http://127.0.0.1:{admin}/readyz");
     let mut up = false;
@@ -115,9 +115,11 @@ async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(up, "toolgate run never became ready");
-    let request = http::Request::get(format!("http://127.0.0.1:{port}/logs/orders"))
+    let request = http::Request::post(format!("http://127.0.0.1:{port}/issues"))
         .header("authorization", "Bearer demo-ops-token")
-        .body(http_body_util::Empty::new())
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            br#"{"project_key":"OPS","title":"slow"}"#,
+        )))
         .unwrap();
     let in_flight = tokio::spawn(client.request(request));
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -13,13 +13,16 @@ use hyper_util::rt::TokioExecutor;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::config::{Audit, Identity, Policies, Settings};
+use crate::config::{Audit, Identity, Policies, Settings, TaskIssuer};
 use crate::identity::tokens::digest_hex;
 use crate::sidecar::Sidecar;
 
 const CONTRACTS: &str = include_str!("../../examples/policies/contracts.yaml");
 const AGENTS: &str = include_str!("../../examples/policies/agents.yaml");
 const TOKEN: &str = "demo-ops-token";
+/// The demo orchestrator's key (see examples/keys/README.md: demo only).
+const ORCHESTRATOR_KEY: &[u8] = include_bytes!("../../examples/keys/orchestrator-demo.pem");
+const ORCHESTRATOR_JWKS: &str = include_str!("../../examples/keys/task-jwks.json");
 
 /// One scripted call.
 struct Step {
@@ -28,82 +31,117 @@ struct Step {
     method: &'static str,
     path: &'static str,
     token: Option<&'static str>,
+    /// Send the task token the orchestrator signed for "30 minutes of orders logs".
+    task: bool,
     body: &'static str,
 }
 
+const fn step(
+    scenario: &'static str,
+    tool: &'static str,
+    method: &'static str,
+    path: &'static str,
+    body: &'static str,
+) -> Step {
+    Step {
+        scenario,
+        tool,
+        method,
+        path,
+        token: Some(TOKEN),
+        task: false,
+        body,
+    }
+}
+
+const fn with_task(mut s: Step) -> Step {
+    s.task = true;
+    s
+}
+
+const fn anonymous(mut s: Step) -> Step {
+    s.token = None;
+    s
+}
+
 const STEPS: &[Step] = &[
-    Step {
-        scenario: "allowed call",
-        tool: "read_logs",
-        method: "GET",
-        path: "/logs/orders?window_minutes=30",
-        token: Some(TOKEN),
-        body: "",
-    },
-    Step {
-        scenario: "schema error",
-        tool: "read_logs",
-        method: "GET",
-        path: "/logs/orders?window_minutes=thirty",
-        token: Some(TOKEN),
-        body: "",
-    },
-    Step {
-        scenario: "missing argument",
-        tool: "create_issue",
-        method: "POST",
-        path: "/issues",
-        token: Some(TOKEN),
-        body: r#"{"title":"disk full"}"#,
-    },
-    Step {
-        scenario: "rule: window over a day",
-        tool: "read_logs",
-        method: "GET",
-        path: "/logs/orders?window_minutes=43200",
-        token: Some(TOKEN),
-        body: "",
-    },
-    Step {
-        scenario: "unknown tool",
-        tool: "-",
-        method: "POST",
-        path: "/admin/shell",
-        token: Some(TOKEN),
-        body: r#"{"cmd":"rm -rf /"}"#,
-    },
-    Step {
-        scenario: "tool not allowed",
-        tool: "delete_logs",
-        method: "DELETE",
-        path: "/logs/orders",
-        token: Some(TOKEN),
-        body: "",
-    },
-    Step {
-        scenario: "no credential",
-        tool: "read_logs",
-        method: "GET",
-        path: "/logs/orders",
-        token: None,
-        body: "",
-    },
-    Step {
-        scenario: "backend error, internals hidden",
-        tool: "export_report",
-        method: "GET",
-        path: "/reports/2026-10",
-        token: Some(TOKEN),
-        body: "",
-    },
-    Step {
-        scenario: "allowed write",
-        tool: "create_issue",
-        method: "POST",
-        path: "/issues",
-        token: Some(TOKEN),
-        body: r#"{"project_key":"OPS","title":"disk full"}"#,
-    },
+    with_task(step(
+        "allowed call (task: 30 min of orders)",
+        "read_logs",
+        "GET",
+        "/logs/orders?window_minutes=30",
+        "",
+    )),
+    with_task(step(
+        "schema error",
+        "read_logs",
+        "GET",
+        "/logs/orders?window_minutes=thirty",
+        "",
+    )),
+    step(
+        "missing argument",
+        "create_issue",
+        "POST",
+        "/issues",
+        r#"{"title":"disk full"}"#,
+    ),
+    with_task(step(
+        "outside the confirmed task",
+        "read_logs",
+        "GET",
+        "/logs/orders?window_minutes=43200",
+        "",
+    )),
+    step(
+        "no task token",
+        "read_logs",
+        "GET",
+        "/logs/orders?window_minutes=30",
+        "",
+    ),
+    step(
+        "policy rule",
+        "create_issue",
+        "POST",
+        "/issues",
+        r#"{"project_key":"SEC","title":"rotate keys"}"#,
+    ),
+    step(
+        "unknown tool",
+        "-",
+        "POST",
+        "/admin/shell",
+        r#"{"cmd":"rm -rf /"}"#,
+    ),
+    step(
+        "tool not allowed",
+        "delete_logs",
+        "DELETE",
+        "/logs/orders",
+        "",
+    ),
+    anonymous(step(
+        "no credential",
+        "read_logs",
+        "GET",
+        "/logs/orders",
+        "",
+    )),
+    step(
+        "backend error, internals hidden",
+        "export_report",
+        "GET",
+        "/reports/2026-10",
+        "",
+    ),
+    step(
+        "allowed write",
+        "create_issue",
+        "POST",
+        "/issues",
+        r#"{"project_key":"OPS","title":"disk full"}"#,
+    ),
 ];
 
 /// One printed row.
@@ -132,6 +170,9 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
     std::fs::write(policies.join("agents.yaml"), AGENTS)?;
     let tokens = home.join("tokens.yaml");
     std::fs::write(&tokens, format!("ops-bot: {}\n", digest_hex(TOKEN)))?;
+    let task_jwks = home.join("task-jwks.json");
+    std::fs::write(&task_jwks, ORCHESTRATOR_JWKS)?;
+    let task = task_token()?;
     let audit = home.join("audit.log");
     let _ = std::fs::remove_file(&audit);
 
@@ -147,6 +188,11 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
         },
         identity: Identity {
             tokens: Some(tokens),
+            task_issuers: vec![TaskIssuer {
+                issuer: "orchestrator".into(),
+                jwks: task_jwks,
+                audience: None,
+            }],
             ..defaults.identity.clone()
         },
         audit: Audit {
@@ -175,7 +221,7 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
     )?;
     writeln!(
         out,
-        "{:<2} {:<32} {:<14} {:<9} {:<20} {:<5} what the agent is told",
+        "{:<2} {:<38} {:<14} {:<9} {:<20} {:<5} what the agent is told",
         "#", "scenario", "tool", "decision", "code", "HTTP"
     )?;
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -187,6 +233,9 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
             .header("x-toolgate-session", "demo-session");
         if let Some(token) = step.token {
             request = request.header("authorization", format!("Bearer {token}"));
+        }
+        if step.task {
+            request = request.header("x-toolgate-task", task.as_str());
         }
         let response = client
             .request(request.body(Full::new(Bytes::from_static(step.body.as_bytes())))?)
@@ -223,7 +272,7 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
         };
         writeln!(
             out,
-            "{:<2} {:<32} {:<14} {:<9} {:<20} {:<5} {}",
+            "{:<2} {:<38} {:<14} {:<9} {:<20} {:<5} {}",
             i + 1,
             row.scenario,
             row.tool,
@@ -253,4 +302,20 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
         audit,
         audit_records,
     })
+}
+
+/// What the demo orchestrator signs once the user confirms "the last 30 minutes of the
+/// orders logs".
+fn task_token() -> anyhow::Result<String> {
+    let key = jsonwebtoken::EncodingKey::from_ed_pem(ORCHESTRATOR_KEY)?;
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+    header.kid = Some("orchestrator-demo".into());
+    let claims = serde_json::json!({
+        "iss": "orchestrator",
+        "exp": crate::identity::jwks::now_seconds() + 600,
+        "agent": "ops-bot",
+        "service": "orders",
+        "window_minutes": 30,
+    });
+    Ok(jsonwebtoken::encode(&header, &claims, &key)?)
 }
