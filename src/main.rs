@@ -28,7 +28,11 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// A self-contained tour on loopback: example backend, sidecar, scripted agent.
-    Demo,
+    Demo {
+        /// Also export the tour's spans to this OTLP/gRPC endpoint (e.g. a local Jaeger).
+        #[arg(long)]
+        otlp_endpoint: Option<String>,
+    },
     /// Lint ToolContract/AgentPolicy manifests offline.
     Check {
         #[arg(required = true)]
@@ -51,7 +55,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
-        Command::Demo => runtime().and_then(|rt| rt.block_on(demo())),
+        Command::Demo { otlp_endpoint } => {
+            runtime().and_then(|rt| rt.block_on(demo(otlp_endpoint)))
+        }
         Command::Check { paths } => Ok(check(&paths)),
         Command::Audit {
             command: AuditCommand::Verify { file },
@@ -96,10 +102,10 @@ async fn run(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn demo() -> anyhow::Result<ExitCode> {
+async fn demo(otlp_endpoint: Option<String>) -> anyhow::Result<ExitCode> {
     // Keep the table readable: only the sidecar's warnings and errors.
     init_logs("warn");
-    toolgate::demo::run(&mut std::io::stdout()).await?;
+    toolgate::demo::run(&mut std::io::stdout(), otlp_endpoint).await?;
     Ok(ExitCode::SUCCESS)
 }
 

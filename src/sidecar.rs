@@ -21,6 +21,7 @@ use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{pipeline, Gate};
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::spans::Tracing;
 use crate::tls::TlsConfig;
 
 pub struct Sidecar {
@@ -80,6 +81,9 @@ impl Sidecar {
             upstream,
             audit,
             metrics: metrics.clone(),
+            tracing: Tracing::start(&settings.telemetry, metrics.clone())
+                .map_err(anyhow::Error::msg)
+                .context("telemetry")?,
             limits: settings.limits.clone(),
             mcp_path: settings.mcp.path.clone(),
         });
@@ -137,6 +141,7 @@ impl Sidecar {
             task.abort();
         }
         self.gate.audit.flush().await;
+        self.gate.tracing.shutdown().await;
         tracing::info!("toolgate stopped");
     }
 }

@@ -38,6 +38,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("telemetry.otlpEndpoint", Kind::Str),
     ("telemetry.otlpProtocol", Kind::Str),
     ("telemetry.serviceName", Kind::Str),
+    ("telemetry.maxQueuedSpans", Kind::Num),
     ("audit.path", Kind::Str),
     ("audit.onFailure", Kind::Str),
     ("limits.maxBodyBytes", Kind::Num),

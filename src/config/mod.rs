@@ -167,6 +167,8 @@ pub struct Telemetry {
     pub otlp_endpoint: Option<String>,
     pub otlp_protocol: OtlpProtocol,
     pub service_name: String,
+    /// Spans queued or in flight to the collector at most; more are dropped and counted.
+    pub max_queued_spans: usize,
 }
 
 impl Default for Telemetry {
@@ -175,6 +177,7 @@ impl Default for Telemetry {
             otlp_endpoint: None,
             otlp_protocol: OtlpProtocol::Grpc,
             service_name: "toolgate".into(),
+            max_queued_spans: 4096,
         }
     }
 }

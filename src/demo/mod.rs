@@ -13,7 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::config::{Audit, Identity, Policies, Settings, TaskIssuer};
+use crate::config::{Audit, Identity, Policies, Settings, TaskIssuer, Telemetry};
 use crate::identity::tokens::digest_hex;
 use crate::sidecar::Sidecar;
 
@@ -161,8 +161,8 @@ pub struct Report {
     pub audit_records: usize,
 }
 
-/// Runs the tour, writing the table to `out`.
-pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
+/// Runs the tour, writing the table to `out`; spans go to `otlp_endpoint` (OTLP/gRPC) if given.
+pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow::Result<Report> {
     let home = std::env::temp_dir().join(format!("toolgate-demo-{}", std::process::id()));
     let policies = home.join("policies");
     std::fs::create_dir_all(&policies).with_context(|| format!("creating {}", home.display()))?;
@@ -198,6 +198,11 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<Report> {
         audit: Audit {
             path: audit.to_string_lossy().into_owned(),
             ..defaults.audit.clone()
+        },
+        telemetry: Telemetry {
+            otlp_endpoint,
+            service_name: "toolgate-demo".into(),
+            ..defaults.telemetry.clone()
         },
         ..defaults
     };

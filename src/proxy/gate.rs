@@ -8,6 +8,7 @@ use crate::control::Control;
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::telemetry::metrics::Metrics;
+use crate::telemetry::spans::Tracing;
 
 pub struct Gate {
     pub control: Arc<Control>,
@@ -15,6 +16,7 @@ pub struct Gate {
     pub upstream: Upstream,
     pub audit: AuditLog,
     pub metrics: Arc<Metrics>,
+    pub tracing: Tracing,
     pub limits: Limits,
     pub mcp_path: String,
 }

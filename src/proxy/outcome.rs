@@ -10,7 +10,8 @@ use crate::proxy::body::Body;
 use crate::proxy::headers::{CODE, DECISION};
 use crate::proxy::reject::Code;
 use crate::telemetry::metrics::Metrics;
-use crate::telemetry::trace::TraceContext;
+use crate::telemetry::spans::CallSpan;
+use opentelemetry::KeyValue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -32,7 +33,10 @@ impl Decision {
 
 pub struct Outcome {
     pub started: Instant,
-    pub trace: TraceContext,
+    pub span: CallSpan,
+    /// MCP: the JSON-RPC method and id of the message, for the span.
+    pub mcp_method: Option<String>,
+    pub call_id: Option<String>,
     pub agent: Option<String>,
     pub session: Option<String>,
     pub tool: Option<String>,
@@ -46,10 +50,12 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn new(trace: TraceContext, started: Instant) -> Outcome {
+    pub fn new(span: CallSpan, started: Instant) -> Outcome {
         Outcome {
             started,
-            trace,
+            span,
+            mcp_method: None,
+            call_id: None,
             agent: None,
             session: None,
             tool: None,
@@ -67,6 +73,45 @@ impl Outcome {
         self.args_digest = Some(args_digest(args));
     }
 
+    pub fn trace_id(&self) -> &str {
+        self.span.trace_id()
+    }
+
+    /// The tool is known: name the span after it.
+    pub fn set_tool(&mut self, tool: &str) {
+        self.span.set_name(tool);
+        self.tool = Some(tool.to_string());
+    }
+
+    /// Span attributes of DESIGN §6; never argument values.
+    fn span_attributes(&self) -> Vec<KeyValue> {
+        let mut attributes = vec![KeyValue::new("toolgate.decision", self.decision.as_str())];
+        let optional = [
+            ("gen_ai.tool.name", self.tool.clone()),
+            ("gen_ai.tool.call.id", self.call_id.clone()),
+            ("mcp.method.name", self.mcp_method.clone()),
+            (
+                "mcp.session.id",
+                self.mcp_method.as_ref().and(self.session.clone()),
+            ),
+            ("toolgate.agent.id", self.agent.clone()),
+            ("toolgate.code", self.code.map(|c| c.as_str().to_string())),
+            ("toolgate.rule", self.rule.clone()),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                attributes.push(KeyValue::new(key, value));
+            }
+        }
+        if let Some(version) = self.policy_version {
+            attributes.push(KeyValue::new("toolgate.policy.version", version as i64));
+        }
+        if let Some(status) = self.upstream_status {
+            attributes.push(KeyValue::new("toolgate.upstream.status", status as i64));
+        }
+        attributes
+    }
+
     /// Stamps the response, counts the call and writes its audit record.
     pub async fn finish(
         self,
@@ -80,6 +125,14 @@ impl Outcome {
             headers.insert(CODE, HeaderValue::from_static(code.as_str()));
         }
         let elapsed = self.started.elapsed();
+        if let Some(code) = self.code {
+            self.span.event(
+                "refused",
+                vec![KeyValue::new("toolgate.code", code.as_str())],
+            );
+        }
+        self.span
+            .end(self.span_attributes(), self.decision == Decision::Deny);
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,
@@ -90,7 +143,7 @@ impl Outcome {
         audit
             .record(Entry {
                 ts: now(),
-                trace_id: self.trace.trace_id,
+                trace_id: self.span.trace_id().to_string(),
                 agent: self.agent,
                 session: self.session,
                 tool: self.tool,

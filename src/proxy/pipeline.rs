@@ -25,22 +25,21 @@ use crate::proxy::stage::authorize;
 use crate::proxy::stage::classify::classify;
 use crate::proxy::stage::identify::identify;
 use crate::proxy::stage::validate::Arguments;
-use crate::telemetry::trace::TraceContext;
 use crate::tls::PeerIdentity;
 
 /// Serves one agent request.
 pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
-    let trace = TraceContext::from_headers(request.headers());
-    let trace_id = trace.trace_id.clone();
+    let span = gate.tracing.start_call(request.headers());
+    let trace_id = span.trace_id().to_string();
     let task = tokio::spawn(async move {
-        let mut outcome = Outcome::new(trace, started);
+        let mut outcome = Outcome::new(span, started);
         let response = match process(&gate, request, &mut outcome).await {
             Ok(response) => response,
             Err(reject) => {
                 outcome.code = Some(reject.code);
                 outcome.rule = reject.rule.clone();
-                into_response(&reject, &outcome.trace.trace_id)
+                into_response(&reject, outcome.trace_id())
             }
         };
         outcome.finish(response, &gate.metrics, &gate.audit).await
@@ -89,8 +88,9 @@ async fn process(
         &body,
     )?;
     let contract = snapshot.contract(call.tool);
-    outcome.tool = Some(contract.tool.clone());
+    outcome.set_tool(&contract.tool);
     outcome.set_args(&call.args);
+    outcome.span.event("classified", vec![]);
 
     let agent = identify(
         &gate.identity,
@@ -98,6 +98,7 @@ async fn process(
         parts.extensions.get::<PeerIdentity>(),
     )?;
     outcome.agent = Some(agent.id.to_string());
+    outcome.span.event("identified", vec![]);
     // A disabled or ungoverned agent is refused even in shadow mode.
     let policy = authorize::policy(&snapshot, &agent.id)?;
     let view = RequestView {
@@ -117,6 +118,7 @@ async fn process(
     ) {
         Ok(args) => {
             outcome.decision = Decision::Allow;
+            outcome.span.event("allowed", vec![]);
             args
         }
         Err(reject) if policy.shadow => {

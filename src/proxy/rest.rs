@@ -56,6 +56,16 @@ pub async fn forward(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    let route = contract
+        .http
+        .as_ref()
+        .map(|(_, template)| template.as_str())
+        .unwrap_or(path);
+    let client_span = gate.tracing.start_client(
+        &outcome.span,
+        format!("{} {route}", call.parts.method),
+        &mut headers,
+    );
     let sent = Instant::now();
     let response = gate
         .upstream
@@ -66,8 +76,10 @@ pub async fn forward(
             body,
             contract.timeout,
         )
-        .await
-        .map_err(|f| failure_reject(f, contract.idempotent, contract.timeout))?;
+        .await;
+    client_span.end(response.as_ref().ok().map(|r| r.status().as_u16()));
+    let response =
+        response.map_err(|f| failure_reject(f, contract.idempotent, contract.timeout))?;
     gate.metrics.record_upstream(&contract.tool, sent.elapsed());
     outcome.upstream_status = Some(response.status().as_u16());
     if let Some(reject) = status_reject(response.status()) {

@@ -37,6 +37,7 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
 }
 
+#[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
     pub calls: Family<CallLabels, Counter>,

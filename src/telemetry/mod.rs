@@ -1,4 +1,6 @@
-//! What the gateway tells operators: metrics (and, as they land, spans).
+//! What the gateway tells operators: metrics, spans, trace context.
 
+pub mod export;
 pub mod metrics;
+pub mod spans;
 pub mod trace;

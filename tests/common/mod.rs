@@ -452,4 +452,5 @@ pub async fn closed_port() -> SocketAddr {
     addr
 }
 
+pub mod collector;
 pub mod keys;

@@ -1,0 +1,241 @@
+//! Spans exported to a real OTLP receiver, metrics scraped as Prometheus text, and
+//! telemetry that can't slow calls down when the collector is gone.
+
+mod common;
+
+use common::collector::{attr, Collector};
+use common::*;
+use std::time::{Duration, Instant};
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_of_allowed_and_refused_calls_reach_the_collector() {
+    let (collector, endpoint, _server) = Collector::grpc().await;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| {
+                s.telemetry.otlp_endpoint = Some(endpoint);
+                s.telemetry.service_name = "orders".into();
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let r = h
+        .call(
+            "GET",
+            "/logs/orders?window_minutes=30",
+            Some(OPS_TOKEN),
+            &[("traceparent", &traceparent)],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let refused = h
+        .call("POST", "/admin/reset", Some(OPS_TOKEN), &[], "{}")
+        .await;
+    refused.assert_refused("TOOL_NOT_ALLOWED", 403);
+
+    let server = collector
+        .wait_for(|s| s.name == "execute_tool read_logs")
+        .await;
+    assert_eq!(
+        hex::encode(&server.trace_id),
+        TRACE,
+        "the agent's trace continues"
+    );
+    assert_eq!(
+        hex::encode(&server.parent_span_id),
+        PARENT,
+        "the agent's span is the parent"
+    );
+    assert_eq!(server.kind, 2, "a SERVER span");
+    for (key, value) in [
+        ("gen_ai.operation.name", "execute_tool"),
+        ("gen_ai.tool.name", "read_logs"),
+        ("toolgate.agent.id", "ops-bot"),
+        ("toolgate.decision", "allow"),
+        ("toolgate.policy.version", "1"),
+    ] {
+        assert_eq!(attr(&server, key).as_deref(), Some(value), "{key}");
+    }
+    assert!(
+        server.events.iter().any(|e| e.name == "allowed"),
+        "stage outcomes are events"
+    );
+    for kv in &server.attributes {
+        assert!(
+            !format!("{:?}", kv.value).contains("orders"),
+            "argument value leaked into {}",
+            kv.key
+        );
+    }
+
+    // The backend call is a CLIENT child span, and the backend saw it as its parent.
+    let client = collector.wait_for(|s| s.kind == 3).await;
+    assert_eq!(client.parent_span_id, server.span_id);
+    let sent = backend.seen.lock().unwrap()[0].headers["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        sent,
+        format!("00-{TRACE}-{}-01", hex::encode(&client.span_id))
+    );
+
+    let denied = collector
+        .wait_for(|s| s.name == "execute_tool admin_reset")
+        .await;
+    assert_eq!(attr(&denied, "toolgate.decision").as_deref(), Some("deny"));
+    assert_eq!(
+        attr(&denied, "toolgate.code").as_deref(),
+        Some("TOOL_NOT_ALLOWED")
+    );
+    assert_eq!(
+        hex::encode(&denied.trace_id),
+        refused.json["error"]["traceId"].as_str().unwrap(),
+        "the refusal names its trace"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_export_over_otlp_http() {
+    let (collector, addr) = Collector::http().await;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| {
+                s.telemetry.otlp_endpoint = Some(format!("http://{addr}"));
+                s.telemetry.otlp_protocol = toolgate::config::OtlpProtocol::Http;
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+            .await
+            .status,
+        200
+    );
+    collector
+        .wait_for(|s| s.name == "execute_tool read_logs")
+        .await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_collector_costs_calls_nothing_and_drops_are_counted() {
+    // A collector that accepts connections and never answers: the worst case.
+    let blackhole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", blackhole.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = blackhole.accept().await {
+            held.push(stream);
+        }
+    });
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| {
+                s.telemetry.otlp_endpoint = Some(endpoint);
+                s.telemetry.max_queued_spans = 10;
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..100 {
+        let t = Instant::now();
+        assert_eq!(
+            h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+                .await
+                .status,
+            200
+        );
+        slowest = slowest.max(t.elapsed());
+    }
+    // An export blocked on this collector would take its 5 s timeout: no call waits for it.
+    assert!(slowest < Duration::from_secs(1), "slowest call {slowest:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let (_, metrics) = h.get_admin("/metrics").await;
+    let dropped: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolgate_spans_dropped_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("toolgate_spans_dropped_total");
+    assert!(
+        dropped >= 80,
+        "dropped {dropped} of 100 spans with room for 10:\n{metrics}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_parse_as_prometheus_text_without_agent_labels() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    h.call("GET", "/logs/orders", Some(RETIRED_TOKEN), &[], "")
+        .await;
+    h.call("GET", "/nope", Some(OPS_TOKEN), &[], "").await;
+    let (status, text) = h.get_admin("/metrics").await;
+    assert_eq!(status, 200);
+    let mut families = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            families.insert(rest.split(' ').next().unwrap().to_string());
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        // name{labels} value
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad sample line {line:?}"));
+        assert!(value.parse::<f64>().is_ok(), "bad value in {line:?}");
+        assert!(
+            !series.contains("ops-bot") && !series.contains("retired-bot"),
+            "agent id as a label: {line}"
+        );
+    }
+    for family in [
+        "toolgate_calls",
+        "toolgate_call_duration_seconds",
+        "toolgate_upstream_duration_seconds",
+        "toolgate_policy_version",
+        "toolgate_policy_synchronized",
+        "toolgate_policy_reload_errors",
+        "toolgate_audit_records",
+        "toolgate_spans_dropped",
+    ] {
+        assert!(
+            families.contains(family),
+            "missing {family} in {families:?}"
+        );
+    }
+    assert!(
+        text.contains(
+            r#"toolgate_calls_total{tool="read_logs",decision="deny",code="AGENT_DISABLED"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"toolgate_calls_total{tool="-",decision="deny",code="UNKNOWN_TOOL"} 1"#),
+        "{text}"
+    );
+    h.stop().await;
+}
