@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod crd;
 pub mod identity;
+pub mod limits;
 pub mod proxy;
 pub mod sidecar;
 pub mod telemetry;
