@@ -183,12 +183,14 @@ mod tests {
     /// Every leaf of a fully populated settings tree has a variable.
     #[test]
     fn every_key_has_a_variable() {
-        let mut s = Settings::default();
-        s.tls = Some(super::super::Tls {
-            cert: "c".into(),
-            key: "k".into(),
-            client_ca: Some("ca".into()),
-        });
+        let mut s = Settings {
+            tls: Some(super::super::Tls {
+                cert: "c".into(),
+                key: "k".into(),
+                client_ca: Some("ca".into()),
+            }),
+            ..Settings::default()
+        };
         s.identity.tokens = Some("t".into());
         s.telemetry.otlp_endpoint = Some("e".into());
         let tree = serde_json::to_value(&s).unwrap();

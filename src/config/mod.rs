@@ -223,10 +223,11 @@ impl Default for Limits {
             max_response_bytes: 8 << 20,
             max_connections: 4096,
             drain_timeout_ms: 15_000,
-            max_rate_limiters: 100_000,
-            max_sessions: 100_000,
+            // Worst case ~5 MB, ~18 MB and ~17 MB resident (examples/limits_memory.rs).
+            max_rate_limiters: 10_000,
+            max_sessions: 50_000,
             session_idle_seconds: 3600,
-            dedupe_max_bytes: 32 << 20,
+            dedupe_max_bytes: 16 << 20,
         }
     }
 }

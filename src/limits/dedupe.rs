@@ -27,18 +27,20 @@ use http::{HeaderMap, StatusCode};
 use moka::ops::compute::Op;
 use moka::policy::EvictionPolicy;
 use moka::sync::Cache;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use super::canonical::{Key, KeyBuilder};
 use super::clock::Clock;
 use super::Call;
 use crate::proxy::reject::{Code, Reject};
 
-/// What one flight costs besides its result: key, flight, channel and the cache's own
-/// bookkeeping (measured with `examples/limits_memory.rs`, rounded up).
-pub const FLIGHT_OVERHEAD: usize = 512;
+/// What one flight costs besides its result: key, flight, settled outcome and the cache's
+/// own bookkeeping (~650 bytes measured with `examples/limits_memory.rs`).
+pub const FLIGHT_OVERHEAD: usize = 640;
+/// What one kept response header costs besides its name and value.
+const HEADER_OVERHEAD: usize = 96;
 
 /// A backend answer, buffered so it can be replayed.
 #[derive(Debug, Clone)]
@@ -76,7 +78,7 @@ impl Settled {
                 b.body.len()
                     + b.headers
                         .iter()
-                        .map(|(k, v)| k.as_str().len() + v.len() + 32)
+                        .map(|(k, v)| k.as_str().len() + v.len() + HEADER_OVERHEAD)
                         .sum::<usize>()
             }
             Settled::Failed { reject, .. } => reject.message.len(),
@@ -92,25 +94,37 @@ pub struct Flight {
     expires_at: Duration,
     window: Duration,
     created: Instant,
-    outcome: watch::Sender<Option<Arc<Settled>>>,
+    // A once-cell and a Notify rather than a watch channel: most flights are settled
+    // entries waiting out their window, and a watch channel costs several times more.
+    outcome: OnceLock<Arc<Settled>>,
+    settled: Notify,
 }
 
 impl Flight {
     /// Waits up to `wait` for the call to settle; `None` if it is still running.
     pub async fn outcome(&self, wait: Duration) -> Option<Arc<Settled>> {
-        let mut rx = self.outcome.subscribe();
-        let settled = tokio::time::timeout(wait, async {
-            rx.wait_for(Option::is_some)
-                .await
-                .ok()
-                .and_then(|s| s.clone())
-        })
-        .await;
-        settled.ok().flatten()
+        let settled = async {
+            loop {
+                // Registered before the check, so a settle in between can't be missed.
+                let mut notified = std::pin::pin!(self.settled.notified());
+                notified.as_mut().enable();
+                if let Some(outcome) = self.outcome.get() {
+                    return outcome.clone();
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(wait, settled).await.ok()
     }
 
     pub fn settled(&self) -> Option<Arc<Settled>> {
-        self.outcome.borrow().clone()
+        self.outcome.get().cloned()
+    }
+
+    fn settle(&self, settled: Settled) {
+        // Only a lead settles, and only once.
+        let _ = self.outcome.set(Arc::new(settled));
+        self.settled.notify_waiters();
     }
 
     fn weight(&self) -> u32 {
@@ -181,13 +195,13 @@ impl Dedupe {
                     return Op::Nop;
                 }
             }
-            let (outcome, _) = watch::channel(None);
             let flight = Arc::new(Flight {
                 fingerprint: call.fingerprint,
                 expires_at: now + window,
                 window,
                 created: Instant::now(),
-                outcome,
+                outcome: OnceLock::new(),
+                settled: Notify::new(),
             });
             turn = Some(Ok(Turn::Lead(Lead {
                 dedupe: self.clone(),
@@ -243,7 +257,7 @@ impl Lead {
     fn finish(&mut self, settled: Settled) {
         self.settled = true;
         let keep = settled.keep();
-        self.flight.outcome.send_replace(Some(Arc::new(settled)));
+        self.flight.settle(settled);
         let flight = &self.flight;
         // Only this flight's entry is touched: after its window a new one may hold the key.
         self.dedupe

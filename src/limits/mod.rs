@@ -91,7 +91,7 @@ impl Capacity {
     }
 }
 
-/// Entry counts, for `/config`-style reporting and the memory example.
+/// How many entries each table holds (after pending evictions run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub rate_limiters: u64,

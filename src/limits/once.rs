@@ -117,8 +117,8 @@ mod tests {
         })
     }
 
-    fn never() -> impl Future<Output = Settled> + Send + 'static {
-        async { panic!("this call must never be sent") }
+    async fn never() -> Settled {
+        panic!("this call must never be sent")
     }
 
     #[tokio::test]
