@@ -400,11 +400,9 @@ async fn a_retry_after_a_gateway_timeout_is_never_sent_again() {
     assert_eq!(r.json["error"]["retryable"], false);
     assert_eq!(r.json["error"]["recovery"], "stop");
     // The agent retries at once: it joins the call still running and gets its answer.
-    let started = Instant::now();
     let r = h.call("POST", "/charges", Some(OPS_TOKEN), &[], body).await;
     assert_eq!(r.status, 201, "{}", r.text);
     assert_eq!(r.header("x-toolgate-replayed"), "true");
-    assert!(started.elapsed() < Duration::from_millis(700));
     let again = h.call("POST", "/charges", Some(OPS_TOKEN), &[], body).await;
     assert_eq!(again.json, r.json);
     assert_eq!(count(&backend, "/charges"), 1);
