@@ -13,6 +13,7 @@ pub mod control;
 pub mod crd;
 pub mod demo;
 pub mod identity;
+pub mod limits;
 pub mod proxy;
 pub mod sidecar;
 pub mod telemetry;

@@ -16,6 +16,7 @@ use crate::control::{files, BuildOptions, Control};
 use crate::identity::jwt::AgentJwt;
 use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
+use crate::limits::{Capacity, Clock, Ledger};
 use crate::proxy::server::{serve, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
@@ -35,6 +36,12 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub async fn start(settings: Settings) -> anyhow::Result<Sidecar> {
+        Sidecar::start_with_clock(settings, Clock::real()).await
+    }
+
+    /// [`Sidecar::start`] with the clock rate limits and dedupe windows run on; tests pass
+    /// a fake one to move time instead of sleeping.
+    pub async fn start_with_clock(settings: Settings, clock: Clock) -> anyhow::Result<Sidecar> {
         let metrics = Arc::new(Metrics::new());
         let mut sources = Vec::new();
         if !settings.policies.files.is_empty() {
@@ -86,6 +93,7 @@ impl Sidecar {
                 .context("telemetry")?,
             limits: settings.limits.clone(),
             mcp_path: settings.mcp.path.clone(),
+            ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
         });
 
         let agent_listener = TcpListener::bind(settings.listen)

@@ -48,6 +48,10 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.maxResponseBytes", Kind::Num),
     ("limits.maxConnections", Kind::Num),
     ("limits.drainTimeoutMs", Kind::Num),
+    ("limits.maxRateLimiters", Kind::Num),
+    ("limits.maxSessions", Kind::Num),
+    ("limits.sessionIdleSeconds", Kind::Num),
+    ("limits.dedupeMaxBytes", Kind::Num),
 ];
 
 /// Variables that start with `TOOLGATE_` but are not settings keys.

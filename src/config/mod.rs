@@ -221,6 +221,14 @@ pub struct Limits {
     pub max_connections: usize,
     /// How long shutdown waits for in-flight calls.
     pub drain_timeout_ms: u64,
+    /// Rate limiters kept (one per agent, and per agent and tool, with a quota).
+    pub max_rate_limiters: u64,
+    /// Sessions whose budget and repeat streak are kept.
+    pub max_sessions: u64,
+    /// A session unused this long is forgotten: its budget starts over.
+    pub session_idle_seconds: u64,
+    /// Bytes of in-flight and recent non-idempotent calls kept to answer duplicates.
+    pub dedupe_max_bytes: u64,
 }
 
 impl Default for Limits {
@@ -233,6 +241,11 @@ impl Default for Limits {
             max_response_bytes: 8 << 20,
             max_connections: 4096,
             drain_timeout_ms: 15_000,
+            // Worst case ~5 MB, ~18 MB and ~17 MB resident (examples/limits_memory.rs).
+            max_rate_limiters: 10_000,
+            max_sessions: 50_000,
+            session_idle_seconds: 3600,
+            dedupe_max_bytes: 16 << 20,
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod files;
 pub mod index;
 pub mod policy;
 pub mod publish;
+pub mod quota;
 pub mod redact;
 pub mod routes;
 pub mod rule;

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::contract::FieldError;
+use super::quota::Quota;
 use super::rule::CompiledRule;
 use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
 
@@ -15,7 +16,7 @@ pub struct Policy {
     pub enabled: bool,
     /// `mode: shadow` and the sidecar allows it.
     pub shadow: bool,
-    pub rate_limit: Option<RateLimit>,
+    pub rate_limit: Option<Quota>,
     pub session: Option<SessionLimits>,
     pub grants: HashMap<String, Grant>,
     pub mcp_methods: Vec<String>,
@@ -23,7 +24,7 @@ pub struct Policy {
 
 #[derive(Debug)]
 pub struct Grant {
-    pub rate_limit: Option<RateLimit>,
+    pub rate_limit: Option<Quota>,
     pub rules: Vec<CompiledRule>,
 }
 
@@ -36,11 +37,12 @@ impl Policy {
         if spec.agents.is_empty() {
             return Err(("spec.agents".into(), "must name at least one agent".into()));
         }
-        check_rate("spec.rateLimit", spec.rate_limit.as_ref())?;
+        let rate_limit = compile_rate("spec.rateLimit", spec.rate_limit.as_ref())?;
+        check_session(spec.session.as_ref())?;
         let mut grants = HashMap::new();
         for (i, tool) in spec.tools.iter().enumerate() {
             let at = format!("spec.tools[{i}]");
-            check_rate(&format!("{at}.rateLimit"), tool.rate_limit.as_ref())?;
+            let rate_limit = compile_rate(&format!("{at}.rateLimit"), tool.rate_limit.as_ref())?;
             let rules = tool
                 .rules
                 .iter()
@@ -49,10 +51,7 @@ impl Policy {
                     CompiledRule::compile(rule).map_err(|e| (format!("{at}.rules[{j}].expr"), e))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let grant = Grant {
-                rate_limit: tool.rate_limit,
-                rules,
-            };
+            let grant = Grant { rate_limit, rules };
             if grants.insert(tool.name.clone(), grant).is_some() {
                 return Err((
                     format!("{at}.name"),
@@ -73,7 +72,7 @@ impl Policy {
             agents: spec.agents.clone(),
             enabled: spec.enabled,
             shadow: spec.mode == Mode::Shadow && allow_shadow,
-            rate_limit: spec.rate_limit,
+            rate_limit,
             session: spec.session,
             grants,
             mcp_methods: spec.mcp_methods.clone(),
@@ -90,13 +89,20 @@ impl Policy {
     }
 }
 
-fn check_rate(at: &str, rate: Option<&RateLimit>) -> Result<(), FieldError> {
-    let Some(rate) = rate else { return Ok(()) };
-    match (rate.per_second, rate.per_minute) {
-        (Some(_), Some(_)) => Err((at.into(), "set perSecond or perMinute, not both".into())),
-        (None, None) => Err((at.into(), "set perSecond or perMinute".into())),
-        (Some(0), _) | (_, Some(0)) => Err((at.into(), "a rate must be positive".into())),
-        _ if rate.burst == Some(0) => Err((format!("{at}.burst"), "must be positive".into())),
-        _ => Ok(()),
+fn compile_rate(at: &str, rate: Option<&RateLimit>) -> Result<Option<Quota>, FieldError> {
+    rate.map(|r| Quota::compile(at, r)).transpose()
+}
+
+/// Zero would refuse every call of every session: almost certainly a typo.
+fn check_session(session: Option<&SessionLimits>) -> Result<(), FieldError> {
+    let Some(session) = session else {
+        return Ok(());
+    };
+    if session.max_calls == Some(0) {
+        return Err(("spec.session.maxCalls".into(), "must be positive".into()));
     }
+    if session.max_repeats == Some(0) {
+        return Err(("spec.session.maxRepeats".into(), "must be positive".into()));
+    }
+    Ok(())
 }

@@ -41,6 +41,8 @@ pub enum Strictness {
 }
 
 /// A change to one source.
+// Updates are transient and handled one at a time: boxing the object would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Update {
     Replace(Vec<Object>),
     Apply(Box<Object>),

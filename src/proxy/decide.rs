@@ -1,6 +1,7 @@
 //! The decision shared by REST and MCP once a call's tool, caller and arguments are
-//! known: authorize → validate → rules. Order matters: rules read the validated
-//! arguments with defaults filled, so they never see input the schema would refuse.
+//! known: authorize → rate limit → validate → rules. Order matters: rules read the
+//! validated arguments with defaults filled, so they never see input the schema would
+//! refuse; the rate limit comes before validation so malformed floods are limited too.
 
 use http::HeaderMap;
 use serde_json::{json, Map, Value};
@@ -9,6 +10,7 @@ use crate::control::contract::Contract;
 use crate::control::policy::Policy;
 use crate::control::rule::Bindings;
 use crate::identity::task::TaskTokens;
+use crate::limits::Ledger;
 use crate::proxy::reject::{Code, Reject};
 use crate::proxy::stage::authorize::authorize;
 use crate::proxy::stage::identify::Agent;
@@ -24,6 +26,7 @@ pub struct RequestView<'a> {
 }
 
 pub fn decide(
+    ledger: &Ledger,
     policy: &Policy,
     agent: &Agent,
     contract: &Contract,
@@ -32,6 +35,13 @@ pub fn decide(
     tasks: Option<&TaskTokens>,
 ) -> Result<Arguments, Reject> {
     let permit = authorize(policy, &agent.id, &contract.tool)?;
+    // Every request spends a cell, a duplicate's too (limits::rate).
+    ledger.check_rate(
+        &agent.id,
+        &contract.tool,
+        policy.rate_limit.as_ref(),
+        permit.grant.rate_limit.as_ref(),
+    )?;
     let args = validate(contract, args)?;
     if !permit.grant.rules.is_empty() {
         // The task token is verified only when a rule will read it.
@@ -44,7 +54,7 @@ pub fn decide(
             &args.value,
             &agent.cel_value(),
             task.as_ref(),
-            &json!({"id": request.session, "calls": 0}),
+            &json!({"id": request.session, "calls": ledger.session_calls(&agent.id, request.session)}),
             &json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}),
         )
         .map_err(|e| Reject::new(Code::InvalidArguments, format!("the arguments can't be checked by rules: {e}")))?;

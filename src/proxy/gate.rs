@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::audit::AuditLog;
 use crate::config::Limits;
 use crate::control::Control;
+use crate::limits::Ledger;
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::telemetry::metrics::Metrics;
@@ -19,4 +20,6 @@ pub struct Gate {
     pub tracing: Tracing,
     pub limits: Limits,
     pub mcp_path: String,
+    /// Rate-limit, session and dedupe state: outlives snapshots, bounded (`limits`).
+    pub ledger: Ledger,
 }

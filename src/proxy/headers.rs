@@ -100,6 +100,28 @@ pub fn session_id(headers: &HeaderMap) -> Result<Option<String>, String> {
     Ok(Some(text.to_string()))
 }
 
+/// Longest accepted `Idempotency-Key`.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// The `Idempotency-Key` the agent sent, if any. `Err` when it is unusable.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, String> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(text)
+            if !text.is_empty()
+                && text.len() <= MAX_IDEMPOTENCY_KEY
+                && text.bytes().all(|b| (0x21..=0x7e).contains(&b)) =>
+        {
+            Ok(Some(text.to_string()))
+        }
+        _ => Err(format!(
+            "the Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+        )),
+    }
+}
+
 /// The bearer token of `Authorization`, if any.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
@@ -142,6 +164,18 @@ mod tests {
         assert_eq!(session_id(&h), Ok(Some("m1".into())));
         h.insert(MCP_SESSION, "x".repeat(300).parse().unwrap());
         assert!(session_id(&h).is_err());
+    }
+
+    #[test]
+    fn idempotency_key_is_bounded() {
+        let mut h = HeaderMap::new();
+        assert_eq!(idempotency_key(&h), Ok(None));
+        h.insert(IDEMPOTENCY_KEY, "k-1".parse().unwrap());
+        assert_eq!(idempotency_key(&h), Ok(Some("k-1".into())));
+        h.insert(IDEMPOTENCY_KEY, "a b".parse().unwrap());
+        assert!(idempotency_key(&h).is_err());
+        h.insert(IDEMPOTENCY_KEY, "k".repeat(256).parse().unwrap());
+        assert!(idempotency_key(&h).is_err());
     }
 
     #[test]

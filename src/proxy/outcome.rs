@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
 use crate::proxy::body::Body;
-use crate::proxy::headers::{CODE, DECISION};
+use crate::proxy::headers::{CODE, DECISION, REPLAYED};
 use crate::proxy::reject::Code;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::CallSpan;
@@ -47,6 +47,8 @@ pub struct Outcome {
     pub rule: Option<String>,
     pub policy_version: Option<u64>,
     pub upstream_status: Option<u16>,
+    /// The answer is a duplicate's copy of the first call's (`X-Toolgate-Replayed`).
+    pub replayed: bool,
 }
 
 impl Outcome {
@@ -66,6 +68,7 @@ impl Outcome {
             rule: None,
             policy_version: None,
             upstream_status: None,
+            replayed: false,
         }
     }
 
@@ -123,6 +126,9 @@ impl Outcome {
         headers.insert(DECISION, HeaderValue::from_static(self.decision.as_str()));
         if let Some(code) = self.code {
             headers.insert(CODE, HeaderValue::from_static(code.as_str()));
+        }
+        if self.replayed {
+            headers.insert(REPLAYED, HeaderValue::from_static("true"));
         }
         let elapsed = self.started.elapsed();
         if let Some(code) = self.code {

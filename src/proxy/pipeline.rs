@@ -1,7 +1,8 @@
 //! The request pipeline: one function that runs the typed stages in order.
 //!
 //! ```text
-//! limits → snapshot → classify → identify → authorize → validate → rules → audit gate → forward → shape
+//! limits → snapshot → classify → identify → authorize → rate → validate → rules → audit gate
+//!   → dedupe → session → forward → shape
 //! ```
 //!
 //! Each request loads the snapshot once and uses that version throughout. The pipeline
@@ -14,6 +15,7 @@ use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::limits::Call;
 use crate::proxy::body::{read_limited, Body, ReadError};
 use crate::proxy::decide::{decide, RequestView};
 use crate::proxy::gate::Gate;
@@ -72,6 +74,8 @@ async fn process(
     let session =
         headers::session_id(&parts.headers).map_err(|m| Reject::new(Code::MalformedRequest, m))?;
     outcome.session = session.clone();
+    let idempotency_key = headers::idempotency_key(&parts.headers)
+        .map_err(|m| Reject::new(Code::MalformedRequest, m))?;
     // Fail closed: without a snapshot nothing is known to be allowed.
     let snapshot = gate
         .control
@@ -109,6 +113,7 @@ async fn process(
     };
     let raw_args = call.args.clone();
     let args = match decide(
+        &gate.ledger,
         policy,
         &agent,
         contract,
@@ -145,6 +150,15 @@ async fn process(
             "the audit log can't be written, so no call may run",
         ));
     }
+    // Dedupe and session limits run inside forward: a duplicate is answered from the
+    // first call and never counted, so counting must wait until it is known to run.
+    let limited = Call::new(
+        &agent.id,
+        session.as_deref(),
+        &contract.tool,
+        &args.value,
+        idempotency_key.as_deref(),
+    );
     let forward = rest::Forward {
         parts: &parts,
         body,
@@ -154,6 +168,8 @@ async fn process(
         agent: &agent.id,
         session: session.as_deref(),
         contract,
+        call: &limited,
+        policy,
     };
     rest::forward(gate, forward, outcome).await
 }

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use crate::proxy::reject::{Code, Recovery, Reject};
 
+/// Cheap to clone (the pool is shared), so a backend call can run in its own task.
+#[derive(Clone)]
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
     /// `http://host:port` plus an optional path prefix, without a trailing slash.
@@ -28,8 +30,10 @@ pub struct BadUpstream(String);
 /// How the backend failed, before it becomes a [`Reject`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// Connection refused or reset before an answer: nothing was processed, or unknown.
+    /// No connection could be made: nothing was sent.
     Unavailable,
+    /// The connection broke after the request went out: the backend may have run it.
+    Broken,
     TimedOut,
 }
 
@@ -73,20 +77,36 @@ impl Upstream {
             Err(_) => Err(Failure::TimedOut),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "backend request failed");
-                Err(Failure::Unavailable)
+                Err(if e.is_connect() {
+                    Failure::Unavailable
+                } else {
+                    Failure::Broken
+                })
             }
             Ok(Ok(response)) => Ok(response),
         }
     }
 }
 
-/// The refusal for a backend failure. A timeout is retryable only for idempotent tools:
-/// a non-idempotent call may have run, and retrying it could run it twice.
+/// The refusal for a backend failure. A timeout or a broken connection is retryable only
+/// for idempotent tools: a non-idempotent call may have run, and retrying it could run it
+/// twice.
 pub fn failure_reject(failure: Failure, idempotent: bool, timeout: Duration) -> Reject {
+    let recovery = if idempotent {
+        Recovery::Retry
+    } else {
+        Recovery::Stop
+    };
     match failure {
         Failure::Unavailable => {
             Reject::new(Code::BackendUnavailable, "the backend is not reachable")
         }
+        Failure::Broken => Reject::new(
+            Code::BackendUnavailable,
+            "the backend connection broke before it answered",
+        )
+        .with_retryable(idempotent)
+        .with_recovery(recovery),
         Failure::TimedOut => Reject::new(
             Code::BackendTimeout,
             format!(
@@ -95,11 +115,7 @@ pub fn failure_reject(failure: Failure, idempotent: bool, timeout: Duration) -> 
             ),
         )
         .with_retryable(idempotent)
-        .with_recovery(if idempotent {
-            Recovery::Retry
-        } else {
-            Recovery::Stop
-        }),
+        .with_recovery(recovery),
     }
 }
 

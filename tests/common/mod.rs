@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 
 use toolgate::config::Settings;
 use toolgate::identity::tokens::digest_hex;
+use toolgate::limits::Clock;
 use toolgate::sidecar::Sidecar;
 
 /// One request as the backend saw it.
@@ -238,6 +239,8 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
     pub client: Client<HttpConnector, Full<Bytes>>,
     pub base: String,
+    /// The sidecar's limits clock: fake, so tests move time instead of sleeping.
+    pub clock: Clock,
 }
 
 pub struct Options {
@@ -283,13 +286,17 @@ impl Harness {
         settings.identity.tokens = Some(tokens);
         settings.audit.path = dir.path().join("audit.log").to_string_lossy().into_owned();
         (options.tweak)(&mut settings);
-        let sidecar = Sidecar::start(settings).await.expect("sidecar starts");
+        let clock = Clock::fake();
+        let sidecar = Sidecar::start_with_clock(settings, clock.clone())
+            .await
+            .expect("sidecar starts");
         let base = format!("http://{}", sidecar.agent_addr);
         let harness = Harness {
             sidecar: Some(sidecar),
             dir,
             client: Client::builder(TokioExecutor::new()).build_http(),
             base,
+            clock,
         };
         if options.wait_ready {
             harness.wait_ready().await;

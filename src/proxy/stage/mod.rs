@@ -5,5 +5,6 @@ pub mod authorize;
 pub mod classify;
 pub mod identify;
 pub mod rules;
+pub mod session;
 pub mod shape;
 pub mod validate;

@@ -1,0 +1,430 @@
+//! Duplicate suppression for `idempotent: false` tools: the table of calls in flight or
+//! recently answered, and what a duplicate gets from it.
+//!
+//! A duplicate is a call with the same agent, tool and `Idempotency-Key`; or, without a
+//! key, the same agent, session, tool and canonical arguments — within the contract's
+//! `dedupeWindowSeconds` of the first. The first call *leads*: it alone may reach the
+//! backend, and its settled outcome lands in its [`Flight`]. Every duplicate *joins* that
+//! flight and gets the same outcome, whether it arrives while the call runs or after.
+//!
+//! Invariants:
+//! - One key, one flight at a time: claiming is atomic (moka's per-key compute), so of any
+//!   number of concurrent identical calls exactly one leads.
+//! - A flight whose call may have run (answered, or outcome unknown) is kept for the whole
+//!   window; only an outcome that proves the call did not run ([`Ran::No`]: connection
+//!   refused, backend 503, refused by the session budget) is dropped, so a retry runs.
+//! - A lead always settles: dropping a [`Lead`] unsettled settles it as "outcome unknown",
+//!   so joiners never wait on a flight nobody will finish.
+//! - An `Idempotency-Key` reused for different arguments is refused, never replayed.
+//! - Memory is bounded by weight: each flight counts a fixed overhead plus its buffered
+//!   result, and the table holds at most `max_bytes`; past that the least recently used
+//!   flight is dropped (a duplicate of it arriving later would run again — the price of a
+//!   bound; size `limits.dedupeMaxBytes` for the non-idempotent traffic of one window).
+//!   Flights also expire with their window.
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use moka::ops::compute::Op;
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+use super::canonical::{Key, KeyBuilder};
+use super::clock::Clock;
+use super::Call;
+use crate::proxy::reject::{Code, Reject};
+
+/// What one flight costs besides its result: key, flight, settled outcome and the cache's
+/// own bookkeeping (~650 bytes measured with `examples/limits_memory.rs`).
+pub const FLIGHT_OVERHEAD: usize = 640;
+/// What one kept response header costs besides its name and value.
+const HEADER_OVERHEAD: usize = 96;
+
+/// A backend answer, buffered so it can be replayed.
+#[derive(Debug, Clone)]
+pub struct Buffered {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Whether a settled call ran on the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    /// Certainly not: a retry may run it.
+    No,
+    /// Unknown (the connection broke, no answer in time): it must not run again.
+    Maybe,
+    Yes,
+}
+
+/// How a lead's call ended.
+#[derive(Debug, Clone)]
+pub enum Settled {
+    Answered(Buffered),
+    Failed { reject: Reject, ran: Ran },
+}
+
+impl Settled {
+    fn keep(&self) -> bool {
+        !matches!(self, Settled::Failed { ran: Ran::No, .. })
+    }
+
+    fn weight(&self) -> usize {
+        match self {
+            Settled::Answered(b) => {
+                b.body.len()
+                    + b.headers
+                        .iter()
+                        .map(|(k, v)| k.as_str().len() + v.len() + HEADER_OVERHEAD)
+                        .sum::<usize>()
+            }
+            Settled::Failed { reject, .. } => reject.message.len(),
+        }
+    }
+}
+
+/// One call's journey through the backend, shared by its lead and its duplicates.
+pub struct Flight {
+    /// Tool and canonical arguments: an `Idempotency-Key` reused for another call is refused.
+    fingerprint: Key,
+    /// On the ledger clock: after this, an identical call is a new call.
+    expires_at: Duration,
+    window: Duration,
+    created: Instant,
+    // A once-cell and a Notify rather than a watch channel: most flights are settled
+    // entries waiting out their window, and a watch channel costs several times more.
+    outcome: OnceLock<Arc<Settled>>,
+    settled: Notify,
+}
+
+impl Flight {
+    /// Waits up to `wait` for the call to settle; `None` if it is still running.
+    pub async fn outcome(&self, wait: Duration) -> Option<Arc<Settled>> {
+        let settled = async {
+            loop {
+                // Registered before the check, so a settle in between can't be missed.
+                let mut notified = std::pin::pin!(self.settled.notified());
+                notified.as_mut().enable();
+                if let Some(outcome) = self.outcome.get() {
+                    return outcome.clone();
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(wait, settled).await.ok()
+    }
+
+    pub fn settled(&self) -> Option<Arc<Settled>> {
+        self.outcome.get().cloned()
+    }
+
+    fn settle(&self, settled: Settled) {
+        // Only a lead settles, and only once.
+        let _ = self.outcome.set(Arc::new(settled));
+        self.settled.notify_waiters();
+    }
+
+    fn weight(&self) -> u32 {
+        let result = self.settled().map_or(0, |s| s.weight());
+        u32::try_from(FLIGHT_OVERHEAD + result).unwrap_or(u32::MAX)
+    }
+}
+
+/// What a call gets when it claims its key.
+pub enum Turn {
+    /// The first of its kind: it runs, and must settle.
+    Lead(Lead),
+    /// A duplicate: it waits for, or replays, the lead's outcome.
+    Join(Arc<Flight>),
+}
+
+#[derive(Clone)]
+pub struct Dedupe {
+    flights: Cache<Key, Arc<Flight>>,
+    clock: Clock,
+}
+
+struct WindowExpiry;
+
+impl moka::Expiry<Key, Arc<Flight>> for WindowExpiry {
+    fn expire_after_create(&self, _: &Key, f: &Arc<Flight>, _: Instant) -> Option<Duration> {
+        Some(f.window)
+    }
+
+    /// A settled flight is re-inserted to be re-weighed: it keeps its original deadline.
+    fn expire_after_update(
+        &self,
+        _: &Key,
+        f: &Arc<Flight>,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(f.window.saturating_sub(f.created.elapsed()))
+    }
+}
+
+impl Dedupe {
+    pub fn new(max_bytes: u64, clock: Clock) -> Dedupe {
+        Dedupe {
+            flights: Cache::builder()
+                .max_capacity(max_bytes)
+                .weigher(|_, flight: &Arc<Flight>| flight.weight())
+                .eviction_policy(EvictionPolicy::lru())
+                .expire_after(WindowExpiry)
+                .build(),
+            clock,
+        }
+    }
+
+    /// Leads a new call, or joins the identical one of the last `window`.
+    pub fn claim(&self, call: &Call<'_>, window: Duration) -> Result<Turn, Reject> {
+        let key = key(call);
+        let now = self.clock.now();
+        let mut turn = None;
+        self.flights.entry(key).and_compute_with(|current| {
+            if let Some(flight) = current.map(|e| e.into_value()) {
+                if flight.expires_at > now {
+                    turn = Some(if flight.fingerprint == call.fingerprint {
+                        Ok(Turn::Join(flight))
+                    } else {
+                        Err(reused_key(call, window))
+                    });
+                    return Op::Nop;
+                }
+            }
+            let flight = Arc::new(Flight {
+                fingerprint: call.fingerprint,
+                expires_at: now + window,
+                window,
+                created: Instant::now(),
+                outcome: OnceLock::new(),
+                settled: Notify::new(),
+            });
+            turn = Some(Ok(Turn::Lead(Lead {
+                dedupe: self.clone(),
+                key,
+                flight: flight.clone(),
+                settled: false,
+            })));
+            Op::Put(flight)
+        });
+        // The closure always runs and always sets `turn`; the fallback only keeps this total.
+        turn.unwrap_or_else(|| {
+            Err(Reject::new(
+                Code::NotReady,
+                "the call could not be registered",
+            ))
+        })
+    }
+
+    /// Flights held now (after pending evictions run).
+    pub fn len(&self) -> u64 {
+        self.flights.run_pending_tasks();
+        self.flights.entry_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the flights are weighed at.
+    pub fn weight(&self) -> u64 {
+        self.flights.run_pending_tasks();
+        self.flights.weighted_size()
+    }
+}
+
+/// The right to run a call; its outcome is owed to every duplicate.
+pub struct Lead {
+    dedupe: Dedupe,
+    key: Key,
+    flight: Arc<Flight>,
+    settled: bool,
+}
+
+impl Lead {
+    pub fn flight(&self) -> Arc<Flight> {
+        self.flight.clone()
+    }
+
+    pub fn settle(mut self, settled: Settled) {
+        self.finish(settled);
+    }
+
+    fn finish(&mut self, settled: Settled) {
+        self.settled = true;
+        let keep = settled.keep();
+        self.flight.settle(settled);
+        let flight = &self.flight;
+        // Only this flight's entry is touched: after its window a new one may hold the key.
+        self.dedupe
+            .flights
+            .entry(self.key)
+            .and_compute_with(|current| match current {
+                Some(e) if Arc::ptr_eq(e.value(), flight) && keep => Op::Put(flight.clone()),
+                Some(e) if Arc::ptr_eq(e.value(), flight) => Op::Remove,
+                _ => Op::Nop,
+            });
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.finish(Settled::Failed {
+                reject: Reject::new(
+                    Code::BackendUnavailable,
+                    "the call was interrupted; it may have run, so it will not be sent again",
+                )
+                .with_retryable(false)
+                .with_recovery(crate::proxy::reject::Recovery::Stop),
+                ran: Ran::Maybe,
+            });
+        }
+    }
+}
+
+fn key(call: &Call<'_>) -> Key {
+    let mut key = KeyBuilder::new("dedupe");
+    key.text(call.agent).text(call.tool);
+    match call.idempotency_key {
+        Some(id) => key.text("idempotency-key").text(id),
+        None => key
+            .text("arguments")
+            .optional(call.session)
+            .bytes(&call.fingerprint),
+    };
+    key.finish()
+}
+
+fn reused_key(call: &Call<'_>, window: Duration) -> Reject {
+    Reject::new(
+        Code::MalformedRequest,
+        format!(
+            "Idempotency-Key {} was already used for a different call of {} in the last {} s; use a new key for a new call",
+            call.idempotency_key.unwrap_or(""),
+            call.tool,
+            window.as_secs()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    const WINDOW: Duration = Duration::from_secs(600);
+
+    fn mk_answer(body: &str) -> Settled {
+        Settled::Answered(Buffered {
+            status: StatusCode::CREATED,
+            headers: HeaderMap::new(),
+            body: Bytes::from(body.to_string()),
+        })
+    }
+
+    fn mk_call<'a>(args: &'a Value, key: Option<&'a str>) -> Call<'a> {
+        Call::new("bot", Some("s"), "create_issue", args, key)
+    }
+
+    fn lead(turn: Turn) -> Lead {
+        match turn {
+            Turn::Lead(lead) => lead,
+            Turn::Join(_) => panic!("expected to lead"),
+        }
+    }
+
+    fn join(turn: Turn) -> Arc<Flight> {
+        match turn {
+            Turn::Join(flight) => flight,
+            Turn::Lead(_) => panic!("expected to join"),
+        }
+    }
+
+    #[tokio::test]
+    async fn duplicates_join_the_lead_and_get_its_answer() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let args = json!({"title": "x"});
+        let first = lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        let reordered: Value = serde_json::from_str(r#"{ "title" : "x" }"#).unwrap();
+        let second = join(dedupe.claim(&mk_call(&reordered, None), WINDOW).unwrap());
+        assert!(
+            second.outcome(Duration::from_millis(1)).await.is_none(),
+            "still running"
+        );
+        first.settle(mk_answer("ok"));
+        let got = second.outcome(Duration::from_secs(1)).await.unwrap();
+        assert!(matches!(&*got, Settled::Answered(b) if b.body == "ok"));
+        // After settling, a duplicate replays at once.
+        let third = join(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        assert!(third.settled().is_some());
+    }
+
+    #[test]
+    fn window_is_read_on_the_ledger_clock() {
+        let clock = Clock::fake();
+        let dedupe = Dedupe::new(1 << 20, clock.clone());
+        let args = json!({});
+        lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap()).settle(mk_answer("1"));
+        clock.advance(WINDOW - Duration::from_secs(1));
+        join(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        clock.advance(Duration::from_secs(1));
+        lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap()).settle(mk_answer("2"));
+    }
+
+    #[test]
+    fn a_call_that_did_not_run_is_forgotten_one_that_may_have_is_not() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let args = json!({});
+        let not_run = Settled::Failed {
+            reject: Reject::new(Code::BackendUnavailable, "refused"),
+            ran: Ran::No,
+        };
+        lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap()).settle(not_run);
+        let maybe = lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        drop(maybe); // unsettled: outcome unknown
+        let flight = join(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        assert!(matches!(
+            &*flight.settled().unwrap(),
+            Settled::Failed {
+                ran: Ran::Maybe,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn idempotency_keys_scope_the_call() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let (a, b) = (json!({"n": 1}), json!({"n": 2}));
+        lead(dedupe.claim(&mk_call(&a, Some("k1")), WINDOW).unwrap()).settle(mk_answer(""));
+        join(dedupe.claim(&mk_call(&a, Some("k1")), WINDOW).unwrap());
+        let e = dedupe
+            .claim(&mk_call(&b, Some("k1")), WINDOW)
+            .err()
+            .unwrap();
+        assert_eq!(e.code, Code::MalformedRequest);
+        lead(dedupe.claim(&mk_call(&a, Some("k2")), WINDOW).unwrap()).settle(mk_answer(""));
+        // Without a key, the same arguments in another session are another call.
+        let other = Call::new("bot", Some("t"), "create_issue", &a, None);
+        lead(dedupe.claim(&other, WINDOW).unwrap()).settle(mk_answer(""));
+        let other_agent = Call::new("eve", Some("s"), "create_issue", &a, Some("k1"));
+        lead(dedupe.claim(&other_agent, WINDOW).unwrap()).settle(mk_answer(""));
+    }
+
+    #[test]
+    fn weight_bounds_the_table() {
+        let dedupe = Dedupe::new(64 * 1024, Clock::fake());
+        let body = "x".repeat(1000);
+        for i in 0..1000 {
+            let args = json!({ "n": i });
+            lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap()).settle(mk_answer(&body));
+        }
+        assert!(dedupe.weight() <= 64 * 1024, "{}", dedupe.weight());
+        assert!(dedupe.len() < 1000);
+    }
+}

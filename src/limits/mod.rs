@@ -1,0 +1,159 @@
+//! The limits every call meets besides its policy's rules: rate limits, session budgets,
+//! loop detection, and never executing a non-idempotent call twice (DESIGN §2–§4, §7).
+//!
+//! All of it is state kept *between* requests, so it lives here in one [`Ledger`] owned
+//! by the gate, outside the policy snapshot: a policy reload doesn't reset counters (a
+//! changed quota does get a fresh limiter, since limiters are keyed by their quota).
+//! Every table is bounded by a TTL and a capacity, so a million agents or sessions can't
+//! grow memory without limit (see `examples/limits_memory.rs` for the measurement).
+//!
+//! The APIs take plain values (agent id, session id, tool, arguments) so the REST and MCP
+//! paths use them alike:
+//! - [`Ledger::check_rate`] — in `decide`, right after authorize, for every request;
+//! - [`Ledger::session_calls`] — `session.calls` for CEL rules;
+//! - [`Ledger::admit`] — counts a call against its session just before it runs;
+//! - [`once::run`] — the at-most-once path for `idempotent: false` tools.
+//!
+//! A call without a session id (neither `Mcp-Session-Id` nor `X-Toolgate-Session`) has no
+//! session budget and no loop detection. Inventing a per-agent default session would turn
+//! `maxCalls` into a lifetime cap for agents that don't send the header (locked out until
+//! it idles away) and call every steady poll a loop; and an agent can escape either limit
+//! anyway by naming a fresh session. Rate limits and duplicate suppression still apply.
+//! To require a session, add a rule: `expr: "session.id != null"`.
+
+pub mod backoff;
+pub mod canonical;
+pub mod clock;
+pub mod dedupe;
+pub mod once;
+pub mod rate;
+pub mod session;
+
+pub use clock::Clock;
+
+use serde_json::Value;
+use std::time::Duration;
+
+use crate::control::quota::Quota;
+use crate::crd::SessionLimits;
+use crate::proxy::reject::Reject;
+use canonical::{Key, KeyBuilder};
+use dedupe::Dedupe;
+use rate::RateLimits;
+use session::Sessions;
+
+/// One call as the limits see it. The fingerprint (tool + canonical arguments) is what
+/// "the same call" means for loop detection and duplicate suppression.
+#[derive(Debug, Clone)]
+pub struct Call<'a> {
+    pub agent: &'a str,
+    pub session: Option<&'a str>,
+    pub tool: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub fingerprint: Key,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(
+        agent: &'a str,
+        session: Option<&'a str>,
+        tool: &'a str,
+        args: &Value,
+        idempotency_key: Option<&'a str>,
+    ) -> Call<'a> {
+        Call {
+            agent,
+            session,
+            tool,
+            idempotency_key,
+            fingerprint: KeyBuilder::new("call").text(tool).json(args).finish(),
+        }
+    }
+}
+
+/// How much state the ledger may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub rate_limiters: u64,
+    pub sessions: u64,
+    pub session_idle: Duration,
+    pub dedupe_bytes: u64,
+}
+
+impl Capacity {
+    pub fn from_settings(limits: &crate::config::Limits) -> Capacity {
+        Capacity {
+            rate_limiters: limits.max_rate_limiters,
+            sessions: limits.max_sessions,
+            session_idle: Duration::from_secs(limits.session_idle_seconds.max(1)),
+            dedupe_bytes: limits.dedupe_max_bytes,
+        }
+    }
+}
+
+/// How many entries each table holds (after pending evictions run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    pub rate_limiters: u64,
+    pub sessions: u64,
+    pub flights: u64,
+    pub flight_bytes: u64,
+}
+
+pub struct Ledger {
+    clock: Clock,
+    rates: RateLimits,
+    sessions: Sessions,
+    dedupe: Dedupe,
+}
+
+impl Ledger {
+    pub fn new(capacity: Capacity, clock: Clock) -> Ledger {
+        Ledger {
+            rates: RateLimits::new(capacity.rate_limiters, clock.clone()),
+            sessions: Sessions::new(capacity.sessions, capacity.session_idle),
+            dedupe: Dedupe::new(capacity.dedupe_bytes, clock.clone()),
+            clock,
+        }
+    }
+
+    /// The clock refills and windows run on; a fake one in tests.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Spends a cell of the tool's and the agent's rate limits (`RATE_LIMITED` if none).
+    pub fn check_rate(
+        &self,
+        agent: &str,
+        tool: &str,
+        agent_quota: Option<&Quota>,
+        tool_quota: Option<&Quota>,
+    ) -> Result<(), Reject> {
+        self.rates.check(agent, tool, agent_quota, tool_quota)
+    }
+
+    /// Calls admitted so far in the agent's session: CEL's `session.calls`.
+    pub fn session_calls(&self, agent: &str, session: Option<&str>) -> u64 {
+        self.sessions.calls(agent, session)
+    }
+
+    /// Counts a call about to run (`BUDGET_EXHAUSTED`, `LOOP_DETECTED` if it may not).
+    pub fn admit(&self, call: &Call<'_>, limits: Option<&SessionLimits>) -> Result<(), Reject> {
+        self.sessions.admit(call, limits)
+    }
+
+    /// The duplicate table, for [`once::run`].
+    pub fn dedupe(&self) -> &Dedupe {
+        &self.dedupe
+    }
+
+    pub fn sizes(&self) -> Sizes {
+        Sizes {
+            rate_limiters: self.rates.len(),
+            sessions: self.sessions.len(),
+            flights: self.dedupe.len(),
+            flight_bytes: self.dedupe.weight(),
+        }
+    }
+}

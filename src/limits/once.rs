@@ -1,0 +1,241 @@
+//! At most once: how a call of an `idempotent: false` tool reaches the backend.
+//!
+//! ```text
+//! claim ─ Join ─▶ wait for the lead's outcome (own timeout) ─▶ replayed
+//!       └ Lead ─▶ admit (session) ─▶ spawn send ─▶ settle ─▶ wait (own timeout)
+//! ```
+//!
+//! Invariants:
+//! - Only a lead sends, and it sends once: `send` runs in its own task whose result lands
+//!   in the flight. The lead's gateway timeout only stops the lead *waiting*; it never
+//!   cancels the backend call that duplicates are waiting on. `send` must bound itself
+//!   (the REST path gives it the dedupe window).
+//! - A duplicate never sends. It waits within its own timeout; when the outcome is still
+//!   unknown it gets `BACKEND_TIMEOUT` with `retryable: false`.
+//! - Only a lead is admitted to the session: a duplicate is the same call, so it costs no
+//!   budget and is no repeat. A lead the session refuses settles with that refusal, which
+//!   its duplicates share.
+//!
+//! Path-agnostic: REST passes a future that forwards over HTTP; MCP can pass one that
+//! forwards a JSON-RPC `tools/call`. The caller turns the [`Settled`] into its response.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::dedupe::{Dedupe, Ran, Settled, Turn};
+use super::Call;
+use crate::proxy::reject::{Code, Recovery, Reject};
+
+/// A call's outcome as handed to one requester.
+#[derive(Debug)]
+pub struct Delivered {
+    pub settled: Arc<Settled>,
+    /// A duplicate's copy of the first call's outcome (`X-Toolgate-Replayed: true`).
+    pub replayed: bool,
+}
+
+/// Runs `call` unless an identical one ran within `window`; waits at most `wait`.
+pub async fn run<S>(
+    dedupe: &Dedupe,
+    call: &Call<'_>,
+    window: Duration,
+    wait: Duration,
+    admit: impl FnOnce() -> Result<(), Reject>,
+    send: S,
+) -> Result<Delivered, Reject>
+where
+    S: Future<Output = Settled> + Send + 'static,
+{
+    match dedupe.claim(call, window)? {
+        Turn::Join(flight) => {
+            let settled = flight.outcome(wait).await.ok_or_else(|| {
+                unknown_outcome(
+                    wait,
+                    "an identical call is still running and will not be sent again",
+                )
+            })?;
+            Ok(Delivered {
+                settled,
+                replayed: true,
+            })
+        }
+        Turn::Lead(lead) => {
+            if let Err(reject) = admit() {
+                lead.settle(Settled::Failed {
+                    reject: reject.clone(),
+                    ran: Ran::No,
+                });
+                return Err(reject);
+            }
+            let flight = lead.flight();
+            tokio::spawn(async move {
+                let settled = send.await;
+                lead.settle(settled);
+            });
+            let settled = flight.outcome(wait).await.ok_or_else(|| {
+                unknown_outcome(
+                    wait,
+                    "the call may still complete; it will not be sent again",
+                )
+            })?;
+            Ok(Delivered {
+                settled,
+                replayed: false,
+            })
+        }
+    }
+}
+
+fn unknown_outcome(wait: Duration, why: &str) -> Reject {
+    Reject::new(
+        Code::BackendTimeout,
+        format!(
+            "the backend did not answer within {} ms; {why}",
+            wait.as_millis()
+        ),
+    )
+    .with_retryable(false)
+    .with_recovery(Recovery::Stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::clock::Clock;
+    use super::super::dedupe::Buffered;
+    use super::*;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const WINDOW: Duration = Duration::from_secs(600);
+
+    fn mk_answer() -> Settled {
+        Settled::Answered(Buffered {
+            status: http::StatusCode::OK,
+            headers: http::HeaderMap::new(),
+            body: bytes::Bytes::from_static(b"{}"),
+        })
+    }
+
+    async fn never() -> Settled {
+        panic!("this call must never be sent")
+    }
+
+    #[tokio::test]
+    async fn concurrent_duplicates_send_once() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let sent = Arc::new(AtomicUsize::new(0));
+        let args = json!({"a": 1});
+        let mut tasks = Vec::new();
+        for _ in 0..20 {
+            let (dedupe, sent, args) = (dedupe.clone(), sent.clone(), args.clone());
+            tasks.push(tokio::spawn(async move {
+                let call = Call::new("bot", Some("s"), "t", &args, None);
+                let send = async move {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    mk_answer()
+                };
+                run(
+                    &dedupe,
+                    &call,
+                    WINDOW,
+                    Duration::from_secs(5),
+                    || Ok(()),
+                    send,
+                )
+                .await
+                .unwrap()
+                .replayed
+            }));
+        }
+        let mut replayed = 0;
+        for t in tasks {
+            replayed += usize::from(t.await.unwrap());
+        }
+        assert_eq!(sent.load(Ordering::SeqCst), 1);
+        assert_eq!(replayed, 19);
+    }
+
+    #[tokio::test]
+    async fn lead_timeout_does_not_cancel_the_send() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let args = json!({});
+        let call = Call::new("bot", None, "t", &args, None);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let send = async move {
+            let _ = rx.await;
+            mk_answer()
+        };
+        let e = run(
+            &dedupe,
+            &call,
+            WINDOW,
+            Duration::from_millis(10),
+            || Ok(()),
+            send,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!((e.code, e.retryable()), (Code::BackendTimeout, false));
+        // A duplicate must not send; it times out too while the first still runs...
+        let e = run(
+            &dedupe,
+            &call,
+            WINDOW,
+            Duration::from_millis(10),
+            || Ok(()),
+            never(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, Code::BackendTimeout);
+        // ...and gets the answer once the first call completes.
+        tx.send(()).unwrap();
+        let got = run(
+            &dedupe,
+            &call,
+            WINDOW,
+            Duration::from_secs(5),
+            || Ok(()),
+            never(),
+        )
+        .await
+        .unwrap();
+        assert!(got.replayed);
+        assert!(matches!(&*got.settled, Settled::Answered(_)));
+    }
+
+    #[tokio::test]
+    async fn a_refused_lead_is_not_sent_and_is_forgotten() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let args = json!({});
+        let call = Call::new("bot", Some("s"), "t", &args, None);
+        let refuse = || Err(Reject::new(Code::BudgetExhausted, "spent"));
+        let e = run(
+            &dedupe,
+            &call,
+            WINDOW,
+            Duration::from_secs(1),
+            refuse,
+            never(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, Code::BudgetExhausted);
+        let got = run(
+            &dedupe,
+            &call,
+            WINDOW,
+            Duration::from_secs(1),
+            || Ok(()),
+            async { mk_answer() },
+        )
+        .await
+        .unwrap();
+        assert!(
+            !got.replayed,
+            "the refused call did not run, so this one leads"
+        );
+    }
+}

@@ -1,0 +1,238 @@
+//! Rate limits: per agent (`spec.rateLimit`) and per agent and tool (`tools[].rateLimit`),
+//! as GCRA limiters (governor) on the ledger's [`Clock`].
+//!
+//! Invariants:
+//! - A limiter is keyed by agent, tool (or none, for the agent-wide one) and quota, and
+//!   lives outside the snapshot: a reload that keeps a quota keeps its state; a changed
+//!   quota gets a fresh limiter (the old one ages out).
+//! - Memory is bounded: at most `capacity` limiters (least recently used go first), and a
+//!   limiter unused for its full refill time is dropped — it would be full again anyway,
+//!   so forgetting it changes no decision.
+//! - Every request spends a cell, duplicates included. The tool's limit is checked before
+//!   the agent's, so a call the tool limit refuses does not also drain the agent's budget
+//!   (governor can't refund a cell; the reverse order would).
+
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::canonical::{Key, KeyBuilder};
+use super::clock::Clock;
+use crate::control::quota::Quota;
+use crate::proxy::reject::{Code, Reject};
+
+type Limiter = governor::RateLimiter<NotKeyed, InMemoryState, Clock, NoOpMiddleware<Nanos>>;
+
+struct Entry {
+    limiter: Limiter,
+    /// Unused this long, the limiter is full again and can be forgotten.
+    idle: Duration,
+}
+
+#[derive(Clone)]
+pub struct RateLimits {
+    limiters: Cache<Key, Arc<Entry>>,
+    clock: Clock,
+}
+
+/// Slack past the refill time before an idle limiter is dropped.
+const IDLE_SLACK: Duration = Duration::from_secs(1);
+
+struct IdleExpiry;
+
+impl moka::Expiry<Key, Arc<Entry>> for IdleExpiry {
+    fn expire_after_create(&self, _: &Key, entry: &Arc<Entry>, _: Instant) -> Option<Duration> {
+        Some(entry.idle)
+    }
+
+    fn expire_after_read(
+        &self,
+        _: &Key,
+        entry: &Arc<Entry>,
+        _: Instant,
+        _: Option<Duration>,
+        _: Instant,
+    ) -> Option<Duration> {
+        Some(entry.idle)
+    }
+
+    fn expire_after_update(
+        &self,
+        _: &Key,
+        entry: &Arc<Entry>,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(entry.idle)
+    }
+}
+
+impl RateLimits {
+    pub fn new(capacity: u64, clock: Clock) -> RateLimits {
+        RateLimits {
+            limiters: Cache::builder()
+                .max_capacity(capacity)
+                .eviction_policy(EvictionPolicy::lru())
+                .expire_after(IdleExpiry)
+                .build(),
+            clock,
+        }
+    }
+
+    /// Spends one cell of each limit that applies: the tool's, then the agent's.
+    pub fn check(
+        &self,
+        agent: &str,
+        tool: &str,
+        agent_quota: Option<&Quota>,
+        tool_quota: Option<&Quota>,
+    ) -> Result<(), Reject> {
+        if let Some(quota) = tool_quota {
+            self.spend(agent, Some(tool), quota).map_err(|wait| {
+                refusal(
+                    format!("agent {agent} is over its rate limit for {tool} ({quota})"),
+                    wait,
+                )
+            })?;
+        }
+        if let Some(quota) = agent_quota {
+            self.spend(agent, None, quota).map_err(|wait| {
+                refusal(
+                    format!("agent {agent} is over its rate limit ({quota})"),
+                    wait,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Limiters held now (after pending evictions run).
+    pub fn len(&self) -> u64 {
+        self.limiters.run_pending_tasks();
+        self.limiters.entry_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `Err(wait)` when the limiter has no cell; `wait` is when the next one is due.
+    fn spend(&self, agent: &str, tool: Option<&str>, quota: &Quota) -> Result<(), Duration> {
+        let spec = quota.spec;
+        let key = KeyBuilder::new("rate")
+            .text(agent)
+            .optional(tool)
+            .bytes(
+                &[
+                    spec.per_second.map_or(0, u64::from).to_le_bytes(),
+                    spec.per_minute.map_or(0, u64::from).to_le_bytes(),
+                    spec.burst.map_or(0, u64::from).to_le_bytes(),
+                ]
+                .concat(),
+            )
+            .finish();
+        let entry = self.limiters.get_with(key, || {
+            Arc::new(Entry {
+                limiter: governor::RateLimiter::direct_with_clock(
+                    quota.governor,
+                    self.clock.clone(),
+                ),
+                idle: quota.refill_time() + IDLE_SLACK,
+            })
+        });
+        entry
+            .limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(governor::clock::Clock::now(&self.clock)))
+    }
+}
+
+fn refusal(message: String, wait: Duration) -> Reject {
+    // Rounded up: an agent that waits exactly this long must find a cell.
+    let ms = u64::try_from(wait.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    Reject::new(Code::RateLimited, format!("{message}; retry in {ms} ms")).with_retry_after(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::RateLimit;
+
+    fn mk_quota(per_minute: u32, burst: u32) -> Quota {
+        let spec = RateLimit {
+            per_second: None,
+            per_minute: Some(per_minute),
+            burst: Some(burst),
+        };
+        Quota::compile("t", &spec).unwrap()
+    }
+
+    #[test]
+    fn bursts_then_refuses_with_the_wait_then_refills() {
+        let clock = Clock::fake();
+        let limits = RateLimits::new(100, clock.clone());
+        let q = mk_quota(60, 2);
+        assert!(limits.check("a", "t", Some(&q), None).is_ok());
+        assert!(limits.check("a", "t", Some(&q), None).is_ok());
+        let refused = limits.check("a", "t", Some(&q), None).unwrap_err();
+        assert_eq!(refused.code, Code::RateLimited);
+        assert_eq!(refused.retry_after_ms, Some(1000));
+        clock.advance(Duration::from_secs(1));
+        assert!(limits.check("a", "t", Some(&q), None).is_ok());
+    }
+
+    #[test]
+    fn tool_limit_is_checked_first_and_does_not_drain_the_agent() {
+        let limits = RateLimits::new(100, Clock::fake());
+        let agent = mk_quota(60, 3);
+        let tool = mk_quota(60, 1);
+        assert!(limits.check("a", "x", Some(&agent), Some(&tool)).is_ok());
+        for _ in 0..5 {
+            let e = limits
+                .check("a", "x", Some(&agent), Some(&tool))
+                .unwrap_err();
+            assert!(e.message.contains("for x"), "{}", e.message);
+        }
+        // The agent spent one cell only: two more for other tools.
+        assert!(limits.check("a", "y", Some(&agent), None).is_ok());
+        assert!(limits.check("a", "y", Some(&agent), None).is_ok());
+        assert!(limits.check("a", "y", Some(&agent), None).is_err());
+    }
+
+    #[test]
+    fn agents_tools_and_quotas_have_separate_limiters() {
+        let limits = RateLimits::new(100, Clock::fake());
+        let q = mk_quota(60, 1);
+        assert!(limits.check("a", "t", Some(&q), None).is_ok());
+        assert!(limits.check("a", "t", Some(&q), None).is_err());
+        assert!(
+            limits.check("b", "t", Some(&q), None).is_ok(),
+            "another agent"
+        );
+        assert!(
+            limits.check("a", "t", None, Some(&q)).is_ok(),
+            "the per-tool limiter"
+        );
+        // The same quota keeps its state (a reload); a changed one starts fresh.
+        assert!(limits
+            .check("a", "t", Some(&mk_quota(60, 1)), None)
+            .is_err());
+        assert!(limits.check("a", "t", Some(&mk_quota(60, 2)), None).is_ok());
+    }
+
+    #[test]
+    fn capacity_bounds_the_limiters() {
+        let limits = RateLimits::new(1000, Clock::fake());
+        let q = mk_quota(60, 1);
+        for i in 0..5000 {
+            let _ = limits.check(&format!("agent-{i}"), "t", Some(&q), None);
+        }
+        assert!(limits.len() <= 1000, "{}", limits.len());
+    }
+}

@@ -1,0 +1,232 @@
+//! Session budgets and loop detection (`AgentPolicy.spec.session`).
+//!
+//! A session is keyed by agent id AND session id, so one agent naming another's session id
+//! gets its own, separate tally. Per session the ledger keeps the number of calls admitted,
+//! the fingerprint (tool + canonical arguments) of the last one, and how many times in a
+//! row that fingerprint was admitted.
+//!
+//! Invariants:
+//! - `maxCalls` calls are admitted; the next is `BUDGET_EXHAUSTED`.
+//! - At most `maxRepeats` identical calls run in a row; the next identical one is
+//!   `LOOP_DETECTED`, and so is every identical one after it, until a different call
+//!   breaks the streak. A refused call is not counted.
+//! - Only calls about to run are admitted: a duplicate answered from the first call never
+//!   reaches here (see `once`), and neither does a call refused earlier.
+//! - A call without a session id has no session state: budgets and loop detection don't
+//!   apply to it (rate limits still do). See the module docs of `limits` for why.
+//! - Memory is bounded: at most `capacity` sessions, least recently used dropped first;
+//!   a session idle for `idle` is forgotten (its budget starts over).
+//! - Admission is atomic per session (moka's per-key compute), so parallel calls in one
+//!   session can't both take the last unit of budget.
+
+use moka::ops::compute::Op;
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
+use std::time::Duration;
+
+use super::canonical::{Key, KeyBuilder};
+use super::Call;
+use crate::crd::SessionLimits;
+use crate::proxy::reject::{Code, Reject};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Tally {
+    calls: u64,
+    last: Key,
+    streak: u32,
+}
+
+#[derive(Clone)]
+pub struct Sessions {
+    tallies: Cache<Key, Tally>,
+}
+
+impl Sessions {
+    pub fn new(capacity: u64, idle: Duration) -> Sessions {
+        Sessions {
+            tallies: Cache::builder()
+                .max_capacity(capacity)
+                .eviction_policy(EvictionPolicy::lru())
+                .time_to_idle(idle)
+                .build(),
+        }
+    }
+
+    /// Calls admitted so far in the agent's session (0 without a session).
+    pub fn calls(&self, agent: &str, session: Option<&str>) -> u64 {
+        session
+            .and_then(|s| self.tallies.get(&key(agent, s)))
+            .map_or(0, |t| t.calls)
+    }
+
+    /// Counts a call that is about to run, or refuses it.
+    pub fn admit(&self, call: &Call<'_>, limits: Option<&SessionLimits>) -> Result<(), Reject> {
+        let Some(session) = call.session else {
+            return Ok(());
+        };
+        let max_calls = limits.and_then(|l| l.max_calls);
+        let max_repeats = limits.and_then(|l| l.max_repeats);
+        let mut refusal = None;
+        self.tallies
+            .entry(key(call.agent, session))
+            .and_compute_with(|current| {
+                let tally = current.map(|e| e.into_value()).unwrap_or_default();
+                let streak = if tally.calls > 0 && tally.last == call.fingerprint {
+                    tally.streak.saturating_add(1)
+                } else {
+                    1
+                };
+                if let Some(max) = max_calls.filter(|max| tally.calls >= *max) {
+                    refusal = Some(Reject::new(
+                        Code::BudgetExhausted,
+                        format!("session {session} has used all {max} calls its policy allows; start a new task"),
+                    ));
+                    return Op::Nop;
+                }
+                if let Some(max) = max_repeats.filter(|max| streak > *max) {
+                    refusal = Some(Reject::new(
+                        Code::LoopDetected,
+                        format!(
+                            "{} was called with the same arguments {max} times in a row in session {session}; calling it again will not change the result",
+                            call.tool
+                        ),
+                    ));
+                    return Op::Nop;
+                }
+                Op::Put(Tally {
+                    calls: tally.calls + 1,
+                    last: call.fingerprint,
+                    streak,
+                })
+            });
+        refusal.map_or(Ok(()), Err)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.tallies.run_pending_tasks();
+        self.tallies.entry_count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn key(agent: &str, session: &str) -> Key {
+    KeyBuilder::new("session")
+        .text(agent)
+        .text(session)
+        .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn mk_limits(max_calls: Option<u64>, max_repeats: Option<u32>) -> SessionLimits {
+        SessionLimits {
+            max_calls,
+            max_repeats,
+        }
+    }
+
+    fn mk_call<'a>(agent: &'a str, session: Option<&'a str>, args: &'a Value) -> Call<'a> {
+        Call::new(agent, session, "read_logs", args, None)
+    }
+
+    #[test]
+    fn budget_admits_max_calls_then_refuses() {
+        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let limits = mk_limits(Some(2), None);
+        let (a, b, c) = (json!({"n": 1}), json!({"n": 2}), json!({"n": 3}));
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
+            .is_ok());
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &b), Some(&limits))
+            .is_ok());
+        assert_eq!(sessions.calls("bot", Some("s")), 2);
+        let e = sessions
+            .admit(&mk_call("bot", Some("s"), &c), Some(&limits))
+            .unwrap_err();
+        assert_eq!(e.code, Code::BudgetExhausted);
+        assert_eq!(
+            sessions.calls("bot", Some("s")),
+            2,
+            "a refusal is not counted"
+        );
+    }
+
+    #[test]
+    fn repeats_in_a_row_are_a_loop_until_broken() {
+        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let limits = mk_limits(None, Some(3));
+        let same = json!({"service": "orders", "w": 15});
+        let reordered: Value = serde_json::from_str(r#"{ "w":15, "service":"orders" }"#).unwrap();
+        let other = json!({"service": "payments"});
+        for args in [&same, &reordered, &same] {
+            assert!(sessions
+                .admit(&mk_call("bot", Some("s"), args), Some(&limits))
+                .is_ok());
+        }
+        for _ in 0..2 {
+            let e = sessions
+                .admit(&mk_call("bot", Some("s"), &same), Some(&limits))
+                .unwrap_err();
+            assert_eq!(e.code, Code::LoopDetected);
+        }
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &other), Some(&limits))
+            .is_ok());
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &same), Some(&limits))
+            .is_ok());
+    }
+
+    #[test]
+    fn sessions_are_keyed_by_agent_and_session() {
+        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let limits = mk_limits(Some(1), None);
+        let a = json!({});
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
+            .is_ok());
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
+            .is_err());
+        assert!(sessions
+            .admit(&mk_call("other", Some("s"), &a), Some(&limits))
+            .is_ok());
+        assert!(sessions
+            .admit(&mk_call("bot", Some("t"), &a), Some(&limits))
+            .is_ok());
+    }
+
+    #[test]
+    fn no_session_means_no_session_limits() {
+        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let limits = mk_limits(Some(1), Some(1));
+        let a = json!({});
+        for _ in 0..5 {
+            assert!(sessions
+                .admit(&mk_call("bot", None, &a), Some(&limits))
+                .is_ok());
+        }
+        assert_eq!(sessions.calls("bot", None), 0);
+        assert!(sessions.is_empty());
+    }
+
+    #[test]
+    fn capacity_bounds_the_sessions() {
+        let sessions = Sessions::new(1000, Duration::from_secs(60));
+        let a = json!({});
+        for i in 0..5000 {
+            let id = format!("s-{i}");
+            sessions
+                .admit(&mk_call("bot", Some(&id), &a), None)
+                .unwrap();
+        }
+        assert!(sessions.len() <= 1000, "{}", sessions.len());
+    }
+}
