@@ -78,6 +78,7 @@ impl Sidecar {
             metrics: metrics.clone(),
             limits: settings.limits.clone(),
             mcp_path: settings.mcp.path.clone(),
+            mcp_sessions: Default::default(),
         });
 
         let agent_listener = TcpListener::bind(settings.listen)

@@ -17,4 +17,6 @@ pub struct Gate {
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
     pub mcp_path: String,
+    /// Which agent each MCP session was issued to.
+    pub mcp_sessions: crate::proxy::mcp::session::Sessions,
 }

@@ -4,6 +4,7 @@ pub mod body;
 pub mod decide;
 pub mod gate;
 pub mod headers;
+pub mod mcp;
 pub mod outcome;
 pub mod pipeline;
 pub mod reject;

@@ -79,6 +79,13 @@ impl Outcome {
         if let Some(code) = self.code {
             headers.insert(CODE, HeaderValue::from_static(code.as_str()));
         }
+        self.record(metrics, audit).await;
+        response
+    }
+
+    /// Counts the call and writes its audit record, for a call that has no response of
+    /// its own (one tools/call of an MCP batch).
+    pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
@@ -104,6 +111,5 @@ impl Outcome {
                 latency_us: elapsed.as_micros() as u64,
             })
             .await;
-        response
     }
 }

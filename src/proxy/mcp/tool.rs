@@ -1,0 +1,215 @@
+//! A governed tools/call end to end: decide ([`call::govern`]), forward, deliver.
+//!
+//! Delivery depends on what the upstream answers:
+//! - JSON: streamed through when the contract shapes nothing, else read (bounded by
+//!   `limits.maxResponseBytes` and the contract's timeout) and shaped;
+//! - SSE: re-emitted event by event (progress and server requests flow), the result
+//!   event shaped in flight; the contract's timeout holds until the result arrives;
+//! - an HTTP error carrying a JSON-RPC error (a 2026-07-28 server answers invalid params
+//!   with 400) passes as the server's protocol answer; any other backend failure becomes
+//!   the contract's `BACKEND_*` refusal, the backend's body unread.
+//!
+//! In a batch each call is collected whole and gets its own audit record.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use hyper::body::Incoming;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
+use super::call::{failure_to_reject, govern, shape_answer, FollowUp};
+use super::forward::{self, clean, stream_through, Outbound};
+use super::jsonrpc::Message;
+use super::reply::{self, Refusal};
+use super::Exchange;
+use crate::control::contract::Contract;
+use crate::control::{Snapshot, ToolId};
+use crate::proxy::body::{full, Body};
+use crate::proxy::outcome::Outcome;
+use crate::proxy::reject::{Code, Reject};
+use crate::proxy::stage::shape;
+use crate::proxy::upstream::{failure_reject, status_reject};
+
+/// A single tools/call POST; `outcome` is the request's, so the call's record.
+pub async fn single(
+    ex: &Exchange<'_>,
+    message: Message,
+    original: Bytes,
+    outcome: &mut Outcome,
+) -> Response<Body> {
+    let id = message.reply_id();
+    match run(ex, &message, original, outcome, true).await {
+        Ok(Delivered::Response(response)) => response,
+        Ok(Delivered::Message(_)) => unreachable_message(ex, outcome, &id),
+        Err(refusal) => ex.refuse(outcome, refusal, &id),
+    }
+}
+
+/// One tools/call of a batch, with its own audit record; returns its answer.
+pub async fn element(ex: &Exchange<'_>, message: Message) -> Value {
+    let mut outcome = ex.element_outcome();
+    let id = message.reply_id();
+    let bytes = Bytes::from(message.to_bytes());
+    let answer = match run(ex, &message, bytes, &mut outcome, false).await {
+        Ok(Delivered::Message(value)) => value,
+        Ok(Delivered::Response(_)) => Value::Null,
+        Err(refusal) => {
+            outcome.code = Some(refusal.reject.code);
+            outcome.rule = refusal.reject.rule.clone();
+            refusal.message(&id, ex.trace_id(), false)
+        }
+    };
+    outcome.record(&ex.gate.metrics, &ex.gate.audit).await;
+    answer
+}
+
+enum Delivered {
+    Response(Response<Body>),
+    Message(Value),
+}
+
+/// A streaming answer can't be wanted as a message; only a bug gets here.
+fn unreachable_message(ex: &Exchange<'_>, outcome: &mut Outcome, id: &Value) -> Response<Body> {
+    let reject = Reject::new(Code::BackendError, "the tool's result could not be delivered");
+    ex.refuse(outcome, Refusal::of_call(reject), id)
+}
+
+async fn run(
+    ex: &Exchange<'_>,
+    message: &Message,
+    original: Bytes,
+    outcome: &mut Outcome,
+    stream: bool,
+) -> Result<Delivered, Refusal> {
+    let Some(snapshot) = ex.snapshot.clone() else {
+        return Err(Refusal::of_call(Reject::new(
+            Code::NotReady,
+            "no policy is loaded yet",
+        )));
+    };
+    let permit = govern(ex, &snapshot, message, original, outcome)?;
+    let contract = permit.contract;
+    let request = Outbound {
+        method: Method::POST,
+        tool: Some(&contract.tool),
+        body: permit.body,
+        split: !stream,
+        timeout: contract.timeout,
+    };
+    let sent = Instant::now();
+    let response = forward::send(ex, request)
+        .await
+        .map_err(|f| Refusal::of_call(failure_reject(f, contract.idempotent, contract.timeout)))?;
+    ex.gate.metrics.record_upstream(&contract.tool, sent.elapsed());
+    outcome.upstream_status = Some(response.status().as_u16());
+    let deadline = tokio::time::Instant::from_std(sent + contract.timeout);
+    let max = ex.gate.limits.max_response_bytes;
+    let id = message.reply_id();
+    if response.status() == StatusCode::ACCEPTED {
+        return Err(Refusal::of_call(Reject::new(
+            Code::BackendError,
+            "the backend accepted the call without answering it",
+        )));
+    }
+    if !response.status().is_success() {
+        let (status, bytes) = upstream_error(response, contract).await?;
+        if !stream {
+            return Ok(Delivered::Message(answer::with_id(&bytes, &id)));
+        }
+        let mut response = reply::json_bytes(bytes);
+        // The revision's status for this error (2026-07-28: 400 for invalid params).
+        *response.status_mut() = status;
+        return Ok(Delivered::Response(response));
+    }
+    if !stream {
+        let value = answer::collect(response, &id, max, deadline)
+            .await
+            .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+        let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
+        return Ok(Delivered::Message(shaped));
+    }
+    match shape_of(&response) {
+        Shape::EventStream => {
+            let (mut parts, incoming) = response.into_parts();
+            clean(&mut parts.headers);
+            parts.headers.remove(header::CONTENT_LENGTH);
+            let rewrite = CallRewrite {
+                snapshot: snapshot.clone(),
+                tool: permit.tool,
+                id: id.clone(),
+                trace_id: ex.trace_id().to_string(),
+                modern: ex.modern,
+                follow_up: Some(FollowUp::of(ex.gate, outcome)),
+            };
+            let body = rewrite_sse(incoming, id, rewrite, max, Some(deadline));
+            Ok(Delivered::Response(Response::from_parts(parts, body)))
+        }
+        Shape::Json if shape::needed(contract) => {
+            let (mut parts, incoming) = response.into_parts();
+            let value = answer::read_json(incoming, &id, max, deadline)
+                .await
+                .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+            let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
+            let bytes = serde_json::to_vec(&shaped).unwrap_or_default();
+            clean(&mut parts.headers);
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            Ok(Delivered::Response(Response::from_parts(parts, full(bytes))))
+        }
+        _ if shape::needed(contract) => Err(Refusal::of_call(failure_to_reject(
+            Failure::NotAnAnswer,
+            contract,
+        ))),
+        _ => Ok(Delivered::Response(stream_through(response))),
+    }
+}
+
+/// The JSON-RPC error an upstream HTTP 4xx carries, or the contract's refusal.
+async fn upstream_error(
+    response: Response<Incoming>,
+    contract: &Contract,
+) -> Result<(StatusCode, Bytes), Refusal> {
+    let status = response.status();
+    answer::rpc_error(response, contract.timeout).await.ok_or_else(|| {
+        let reject = status_reject(status).unwrap_or_else(|| {
+            Reject::new(Code::BackendError, "the backend did not answer the call")
+        });
+        Refusal::of_call(reject)
+    })
+}
+
+/// Shapes the result event of a streamed call.
+struct CallRewrite {
+    snapshot: Arc<Snapshot>,
+    tool: ToolId,
+    id: Value,
+    trace_id: String,
+    modern: bool,
+    follow_up: Option<FollowUp>,
+}
+
+impl CallRewrite {
+    fn refused(&mut self, reject: Reject) -> Value {
+        if let Some(follow_up) = self.follow_up.take() {
+            follow_up.record(&reject);
+        }
+        Refusal::of_call(reject).message(&self.id, &self.trace_id, self.modern)
+    }
+}
+
+impl Rewrite for CallRewrite {
+    fn answer(&mut self, message: Value) -> Value {
+        match shape_answer(self.snapshot.contract(self.tool), message) {
+            Ok(message) => message,
+            Err(reject) => self.refused(reject),
+        }
+    }
+
+    fn failed(&mut self, failure: Failure) -> Value {
+        let reject = failure_to_reject(failure, self.snapshot.contract(self.tool));
+        self.refused(reject)
+    }
+}
