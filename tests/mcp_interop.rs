@@ -91,7 +91,9 @@ fn shaped_logs() -> Value {
 }
 
 fn error_code(out: &Value) -> &str {
-    out["structuredContent"]["error"]["code"].as_str().unwrap_or("")
+    out["structuredContent"]["error"]["code"]
+        .as_str()
+        .unwrap_or("")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,11 +105,30 @@ async fn legacy_client_through_the_python_sse_server() {
     let tok = Some(OPS_TOKEN);
     let runs = join_all([
         client(&u, tok, "legacy", &["list"]),
-        client(&u, tok, "legacy", &["call", "create_issue", r#"{"project_key":"OPS","title":"disk full"}"#]),
-        client(&u, tok, "legacy", &["call", "read_logs", r#"{"service":"api"}"#]),
+        client(
+            &u,
+            tok,
+            "legacy",
+            &[
+                "call",
+                "create_issue",
+                r#"{"project_key":"OPS","title":"disk full"}"#,
+            ],
+        ),
+        client(
+            &u,
+            tok,
+            "legacy",
+            &["call", "read_logs", r#"{"service":"api"}"#],
+        ),
         client(&u, tok, "legacy", &["call", "echo", r#"{"text":"hi"}"#]),
         client(&u, tok, "legacy", &["call", "secret_tool", "{}"]),
-        client(&u, tok, "legacy", &["call", "read_logs", r#"{"service":"billing"}"#]),
+        client(
+            &u,
+            tok,
+            "legacy",
+            &["call", "read_logs", r#"{"service":"billing"}"#],
+        ),
         client(&u, None, "legacy", &["list"]),
         client(&u, tok, "legacy", &["resources"]),
         client(&u, tok, "legacy", &["prompts"]),
@@ -116,7 +137,11 @@ async fn legacy_client_through_the_python_sse_server() {
     let [list, issue, logs, echo, secret, invalid, anonymous, resources, prompts] =
         <[Value; 9]>::try_from(runs).unwrap();
 
-    assert_eq!(list["tools"], json!(["read_logs", "create_issue"]), "{list}");
+    assert_eq!(
+        list["tools"],
+        json!(["read_logs", "create_issue"]),
+        "{list}"
+    );
     assert_eq!(list["protocolVersion"], "2025-11-25");
     // An allowed, unshaped call: the server's result as it sent it.
     let created = json!({"id": "OPS-1", "project_key": "OPS", "title": "disk full"});
@@ -138,12 +163,21 @@ async fn legacy_client_through_the_python_sse_server() {
     assert_eq!(secret["error"]["data"]["error"]["code"], "UNKNOWN_TOOL");
     assert_eq!(invalid["isError"], true, "{invalid}");
     assert_eq!(error_code(&invalid), "INVALID_ARGUMENTS");
-    assert_eq!(invalid["structuredContent"]["error"]["details"][0]["pointer"], "/service");
+    assert_eq!(
+        invalid["structuredContent"]["error"]["details"][0]["pointer"],
+        "/service"
+    );
 
     assert_eq!(anonymous["http_status"], 401, "{anonymous}");
-    assert_eq!(anonymous["data"]["error"]["code"], "UNAUTHENTICATED", "{anonymous}");
+    assert_eq!(
+        anonymous["data"]["error"]["code"], "UNAUTHENTICATED",
+        "{anonymous}"
+    );
     assert_eq!(resources["error"]["code"], -32601, "{resources}");
-    assert_eq!(resources["error"]["data"]["error"]["code"], "TOOL_NOT_ALLOWED");
+    assert_eq!(
+        resources["error"]["data"]["error"]["code"],
+        "TOOL_NOT_ALLOWED"
+    );
     assert_eq!(prompts["prompts"], json!(["summarize"]), "{prompts}");
 
     // Refused calls never ran.
@@ -160,11 +194,34 @@ async fn modern_and_auto_clients_through_the_python_json_server() {
     let tok = Some(OPS_TOKEN);
     let runs = join_all([
         client(&u, tok, "modern", &["list"]),
-        client(&u, tok, "modern", &["call", "read_logs", r#"{"service":"api"}"#]),
-        client(&u, tok, "modern", &["call", "read_logs", r#"{"service":"api","window_minutes":5000}"#]),
+        client(
+            &u,
+            tok,
+            "modern",
+            &["call", "read_logs", r#"{"service":"api"}"#],
+        ),
+        client(
+            &u,
+            tok,
+            "modern",
+            &[
+                "call",
+                "read_logs",
+                r#"{"service":"api","window_minutes":5000}"#,
+            ],
+        ),
         client(&u, tok, "modern", &["call", "echo", r#"{"text":"hi"}"#]),
         client(&u, tok, "modern", &["call", "secret_tool", "{}"]),
-        client(&u, tok, "auto", &["call", "create_issue", r#"{"project_key":"OPS","title":"t"}"#]),
+        client(
+            &u,
+            tok,
+            "auto",
+            &[
+                "call",
+                "create_issue",
+                r#"{"project_key":"OPS","title":"t"}"#,
+            ],
+        ),
         client(&u, None, "auto", &["list"]),
     ])
     .await;
@@ -196,14 +253,35 @@ async fn stateless_sse_server_serves_legacy_and_modern_clients() {
     let u = url(&h);
     let tok = Some(OPS_TOKEN);
     let runs = join_all([
-        client(&u, tok, "legacy", &["call", "read_logs", r#"{"service":"orders"}"#]),
-        client(&u, tok, "auto", &["call", "create_issue", r#"{"project_key":"OPS","title":""}"#]),
+        client(
+            &u,
+            tok,
+            "legacy",
+            &["call", "read_logs", r#"{"service":"orders"}"#],
+        ),
+        client(
+            &u,
+            tok,
+            "auto",
+            &[
+                "call",
+                "create_issue",
+                r#"{"project_key":"OPS","title":""}"#,
+            ],
+        ),
     ])
     .await;
     let [logs, empty_title] = <[Value; 2]>::try_from(runs).unwrap();
     assert_eq!(logs["structuredContent"]["service"], "orders", "{logs}");
-    assert_eq!(logs["structuredContent"]["lines"][0]["client_ip"], "[REDACTED]");
-    assert_eq!(error_code(&empty_title), "INVALID_ARGUMENTS", "{empty_title}");
+    assert_eq!(
+        logs["structuredContent"]["lines"][0]["client_ip"],
+        "[REDACTED]"
+    );
+    assert_eq!(
+        error_code(&empty_title),
+        "INVALID_ARGUMENTS",
+        "{empty_title}"
+    );
     assert_eq!(empty_title["protocolVersion"], "2026-07-28");
     assert_eq!(peer.counts(), json!({"read_logs": 1}));
     h.stop().await;
@@ -240,8 +318,22 @@ async fn auto_client_through_server_everything() {
     let tok = Some(OPS_TOKEN);
     let runs = join_all([
         client(&u, tok, "auto", &["list"]),
-        client(&u, tok, "legacy", &["call", "echo", r#"{"message":"hello"}"#]),
-        client(&u, tok, "auto", &["call", "echo", r#"{"message":"far too long for the contract"}"#]),
+        client(
+            &u,
+            tok,
+            "legacy",
+            &["call", "echo", r#"{"message":"hello"}"#],
+        ),
+        client(
+            &u,
+            tok,
+            "auto",
+            &[
+                "call",
+                "echo",
+                r#"{"message":"far too long for the contract"}"#,
+            ],
+        ),
         client(&u, tok, "legacy", &["call", "get-env", "{}"]),
     ])
     .await;
@@ -250,8 +342,14 @@ async fn auto_client_through_server_everything() {
     assert_eq!(list["protocolVersion"], "2025-11-25", "{list}");
     assert_eq!(list["tools"], json!(["echo", "get-sum"]));
     assert_eq!(echo["isError"], false, "{echo}");
-    assert_eq!(echo["content"], json!([{"type": "text", "text": "Echo: hello"}]));
+    assert_eq!(
+        echo["content"],
+        json!([{"type": "text", "text": "Echo: hello"}])
+    );
     assert_eq!(error_code(&too_long), "INVALID_ARGUMENTS", "{too_long}");
-    assert_eq!(env["error"]["data"]["error"]["code"], "UNKNOWN_TOOL", "{env}");
+    assert_eq!(
+        env["error"]["data"]["error"]["code"], "UNKNOWN_TOOL",
+        "{env}"
+    );
     h.stop().await;
 }

@@ -35,7 +35,9 @@ pub fn everything() -> PathBuf {
     let path = std::env::var_os("TOOLGATE_TEST_EVERYTHING")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            root().join(".tools/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+            root().join(
+                ".tools/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+            )
         });
     assert!(
         path.exists(),
@@ -73,19 +75,21 @@ impl Peer {
             .stderr(Stdio::null())
             .spawn()
             .expect("server.py starts");
+        let stdout = child.stdout.take().unwrap();
+        // Owned by the Peer at once, so every path kills and reaps it.
+        let mut peer = Peer {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            count_file: Some(count_file),
+        };
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
         let port: u16 = line
             .strip_prefix("READY ")
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("server.py did not announce a port: {line:?}"));
-        Peer {
-            child,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
-            count_file: Some(count_file),
-        }
+        peer.addr.set_port(port);
+        peer
     }
 
     /// server-everything over Streamable HTTP on a free port.
@@ -103,18 +107,19 @@ impl Peer {
             .stderr(Stdio::null())
             .spawn()
             .expect("node starts server-everything");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // Owned by the Peer at once, so every path kills and reaps it.
+        let peer = Peer {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            count_file: None,
+        };
         for _ in 0..200 {
-            if std::net::TcpStream::connect(addr).is_ok() {
-                return Peer {
-                    child,
-                    addr,
-                    count_file: None,
-                };
+            if std::net::TcpStream::connect(peer.addr).is_ok() {
+                return peer;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("server-everything did not listen on {addr}");
+        panic!("server-everything did not listen on {}", peer.addr);
     }
 
     /// How many times each tool really ran upstream.
@@ -136,9 +141,14 @@ fn rand_suffix() -> u64 {
 /// Runs `tests/mcp/client.py` once; its one line of JSON output.
 pub async fn client(url: &str, token: Option<&str>, mode: &str, scenario: &[&str]) -> Value {
     let mut command = Command::new(python());
-    command
-        .arg(root().join("tests/mcp/client.py"))
-        .args(["--url", url, "--mode", mode, "--timeout", "20"]);
+    command.arg(root().join("tests/mcp/client.py")).args([
+        "--url",
+        url,
+        "--mode",
+        mode,
+        "--timeout",
+        "20",
+    ]);
     if let Some(token) = token {
         command.args(["--token", token]);
     }

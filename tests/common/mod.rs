@@ -273,10 +273,12 @@ impl Harness {
             ),
         )
         .unwrap();
-        let mut settings = Settings::default();
-        settings.listen = "127.0.0.1:0".parse().unwrap();
-        settings.admin = "127.0.0.1:0".parse().unwrap();
-        settings.upstream = format!("http://{upstream}");
+        let mut settings = Settings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin: "127.0.0.1:0".parse().unwrap(),
+            upstream: format!("http://{upstream}"),
+            ..Settings::default()
+        };
         settings.policies.files = vec![policy_dir];
         settings.identity.tokens = Some(tokens);
         settings.audit.path = dir.path().join("audit.log").to_string_lossy().into_owned();

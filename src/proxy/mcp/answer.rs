@@ -232,7 +232,9 @@ pub async fn rpc_error(
     let value: Value = serde_json::from_slice(&bytes).ok()?;
     let is_rpc_error = value.get("result").is_none()
         && value.pointer("/error/code").is_some_and(Value::is_i64)
-        && value.pointer("/error/message").is_some_and(Value::is_string);
+        && value
+            .pointer("/error/message")
+            .is_some_and(Value::is_string);
     is_rpc_error.then_some((status, bytes))
 }
 

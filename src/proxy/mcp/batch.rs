@@ -29,7 +29,11 @@ pub async fn answer(
             Code::MalformedRequest,
             "protocol 2026-07-28 has no batches: send one message per request",
         );
-        return ex.refuse(outcome, Refusal::error(INVALID_REQUEST, reject), &Value::Null);
+        return ex.refuse(
+            outcome,
+            Refusal::error(INVALID_REQUEST, reject),
+            &Value::Null,
+        );
     }
     let mut answers = Vec::new();
     for item in items {
@@ -59,11 +63,9 @@ async fn element(ex: &Exchange<'_>, message: Message) -> Option<Value> {
             forward::notify(ex, &message).await;
             return None;
         }
-        Route::Pass if message.method.as_deref() == Some("initialize") => invalid_message(
-            ex,
-            &id,
-            "initialize must not be part of a batch".into(),
-        ),
+        Route::Pass if message.method.as_deref() == Some("initialize") => {
+            invalid_message(ex, &id, "initialize must not be part of a batch".into())
+        }
         Route::Pass => collected(ex, &message).await,
         Route::Guarded => match ex.method_permit(message.method.as_deref().unwrap_or_default()) {
             Ok(()) => collected(ex, &message).await,

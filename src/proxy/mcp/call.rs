@@ -134,9 +134,7 @@ pub fn shape_answer(contract: &Contract, mut message: Value) -> Result<Value, Re
 
 fn shape_result(contract: &Contract, result: &mut Map<String, Value>) -> Result<(), Reject> {
     let is_error = result.get("isError") == Some(&Value::Bool(true));
-    let structured = result
-        .remove("structuredContent")
-        .filter(|s| !s.is_null());
+    let structured = result.remove("structuredContent").filter(|s| !s.is_null());
     let Some(structured) = structured else {
         if is_error {
             return Ok(());
@@ -250,7 +248,10 @@ mod tests {
         let expected = json!({"lines": [{"msg": "m", "client_ip": "[REDACTED]"}]});
         assert_eq!(shaped["result"]["structuredContent"], expected);
         let text = shaped["result"]["content"][0]["text"].as_str().unwrap();
-        assert!(!text.contains("10.0.0.1") && !text.contains("db-7"), "{text}");
+        assert!(
+            !text.contains("10.0.0.1") && !text.contains("db-7"),
+            "{text}"
+        );
         assert_eq!(shaped["id"], 1);
     }
 

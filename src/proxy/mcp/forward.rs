@@ -126,7 +126,8 @@ pub async fn pass(
     let response = match send(ex, request).await {
         Ok(response) => response,
         Err(failure) => {
-            let refusal = Refusal::error(INTERNAL_ERROR, failure_reject(failure, true, PASS_TIMEOUT));
+            let refusal =
+                Refusal::error(INTERNAL_ERROR, failure_reject(failure, true, PASS_TIMEOUT));
             return ex.refuse(outcome, refusal, &message.reply_id());
         }
     };

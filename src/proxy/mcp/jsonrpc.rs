@@ -81,7 +81,9 @@ pub fn parse(bytes: &[u8]) -> Result<Body, Unreadable> {
             reason: format!("a batch holds at most {MAX_BATCH} messages"),
         })),
         Value::Array(items) => Ok(Body::Batch(items.into_iter().map(message).collect())),
-        other => message(other).map(Body::Single).map_err(Unreadable::Invalid),
+        other => message(other)
+            .map(Body::Single)
+            .map_err(Unreadable::Invalid),
     }
 }
 
@@ -121,7 +123,11 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
         (None, Some(_)) if object.contains_key("result") != object.contains_key("error") => {
             Kind::Response
         }
-        (None, _) => return Err(invalid("a message needs a method, or one of result and error")),
+        (None, _) => {
+            return Err(invalid(
+                "a message needs a method, or one of result and error",
+            ))
+        }
     };
     let method = object
         .get("method")
@@ -154,7 +160,10 @@ mod tests {
     #[test]
     fn classifies_requests_notifications_and_responses() {
         let m = mk(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})).unwrap();
-        assert_eq!((m.kind, m.id, m.method.as_deref()), (Kind::Request, Some(json!(7)), Some("tools/list")));
+        assert_eq!(
+            (m.kind, m.id, m.method.as_deref()),
+            (Kind::Request, Some(json!(7)), Some("tools/list"))
+        );
         let m = mk(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
         assert_eq!(m.kind, Kind::Notification);
         let m = mk(json!({"jsonrpc": "2.0", "id": "s1", "result": {}})).unwrap();
@@ -177,9 +186,9 @@ mod tests {
         assert!(matches!(parse(b"{nope"), Err(Unreadable::NotJson(_))));
         assert!(matches!(parse(b"[]"), Err(Unreadable::Invalid(_))));
         assert!(matches!(parse(b"3"), Err(Unreadable::Invalid(_))));
-        let Ok(Body::Batch(items)) =
-            parse(br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5, {"jsonrpc":"2.0","method":"n"}]"#)
-        else {
+        let Ok(Body::Batch(items)) = parse(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5, {"jsonrpc":"2.0","method":"n"}]"#,
+        ) else {
             panic!("a batch")
         };
         assert!(items[0].is_ok() && items[1].is_err() && items[2].is_ok());
@@ -190,8 +199,17 @@ mod tests {
     #[test]
     fn recognises_the_answer_to_a_request() {
         let id = json!(4);
-        assert!(answers(&json!({"jsonrpc": "2.0", "id": 4, "result": {}}), &id));
-        assert!(!answers(&json!({"jsonrpc": "2.0", "id": "4", "result": {}}), &id));
-        assert!(!answers(&json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}), &id));
+        assert!(answers(
+            &json!({"jsonrpc": "2.0", "id": 4, "result": {}}),
+            &id
+        ));
+        assert!(!answers(
+            &json!({"jsonrpc": "2.0", "id": "4", "result": {}}),
+            &id
+        ));
+        assert!(!answers(
+            &json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}),
+            &id
+        ));
     }
 }

@@ -22,7 +22,11 @@ pub fn filter(result: &mut Map<String, Value>, snapshot: &Snapshot, policy: Opti
             && policy.is_some_and(|p| p.enabled && p.grants.contains_key(name))
     };
     if let Some(Value::Array(tools)) = result.get_mut("tools") {
-        tools.retain(|tool| tool.get("name").and_then(Value::as_str).is_some_and(may_call));
+        tools.retain(|tool| {
+            tool.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(may_call)
+        });
         for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
             let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
             if let Some(id) = snapshot.tool(name) {
@@ -163,8 +167,11 @@ spec:
 "#;
 
     fn mk_snapshot() -> Snapshot {
-        let (snapshot, errors) =
-            Snapshot::build(&parse_documents("t", OBJECTS).0, &BuildOptions::default(), 1);
+        let (snapshot, errors) = Snapshot::build(
+            &parse_documents("t", OBJECTS).0,
+            &BuildOptions::default(),
+            1,
+        );
         assert!(errors.is_empty(), "{errors:?}");
         snapshot
     }
@@ -221,8 +228,7 @@ spec:
         assert_eq!(ip["anyOf"][0]["type"], "integer");
         assert_eq!(ip["anyOf"][1]["const"], MASK);
         assert_eq!(
-            schema["$defs"]["Line"]["properties"]["client_ip"]["type"],
-            "integer",
+            schema["$defs"]["Line"]["properties"]["client_ip"]["type"], "integer",
             "the shared definition is left alone"
         );
     }

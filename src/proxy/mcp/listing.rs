@@ -148,7 +148,11 @@ impl ListRewrite {
 impl Rewrite for ListRewrite {
     fn answer(&mut self, mut message: Value) -> Value {
         if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) {
-            list::filter(result, &self.snapshot, self.snapshot.policy_for(&self.agent));
+            list::filter(
+                result,
+                &self.snapshot,
+                self.snapshot.policy_for(&self.agent),
+            );
         }
         message
     }

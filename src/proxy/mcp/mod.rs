@@ -78,7 +78,11 @@ pub async fn handle(
         Err(reject) => {
             // HTTP 401, with a JSON-RPC error body the SDKs surface (see reply).
             outcome.code = Some(reject.code);
-            return Ok(Refusal::of_call(reject).response(&Value::Null, &outcome.trace.trace_id, modern));
+            return Ok(Refusal::of_call(reject).response(
+                &Value::Null,
+                &outcome.trace.trace_id,
+                modern,
+            ));
         }
     };
     outcome.agent = Some(agent.id.to_string());
@@ -111,7 +115,11 @@ async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Respo
     let bytes = match read_body(ex.gate, &ex.parts.headers, body).await {
         Ok(bytes) => bytes,
         Err(reject) => {
-            return ex.refuse(outcome, Refusal::error(INVALID_REQUEST, reject), &Value::Null)
+            return ex.refuse(
+                outcome,
+                Refusal::error(INVALID_REQUEST, reject),
+                &Value::Null,
+            )
         }
     };
     let parsed = match jsonrpc::parse(&bytes) {
@@ -122,7 +130,11 @@ async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Respo
         }
         Err(Unreadable::Invalid(invalid)) => {
             let reject = Reject::new(Code::MalformedRequest, invalid.reason);
-            return ex.refuse(outcome, Refusal::error(INVALID_REQUEST, reject), &invalid.id);
+            return ex.refuse(
+                outcome,
+                Refusal::error(INVALID_REQUEST, reject),
+                &invalid.id,
+            );
         }
     };
     let id = match &parsed {

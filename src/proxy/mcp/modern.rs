@@ -43,7 +43,10 @@ pub fn check_headers(headers: &HeaderMap, message: &Message, modern: bool) -> Re
     let mismatch = |what: String| {
         Refusal::error(
             HEADER_MISMATCH,
-            Reject::new(Code::MalformedRequest, format!("the {what}: send the same value in the header and the body")),
+            Reject::new(
+                Code::MalformedRequest,
+                format!("the {what}: send the same value in the header and the body"),
+            ),
         )
     };
     for name in [PROTOCOL_VERSION, METHOD, NAME] {
@@ -54,13 +57,18 @@ pub fn check_headers(headers: &HeaderMap, message: &Message, modern: bool) -> Re
     let method = message.method.as_deref().unwrap_or_default();
     if let Some(value) = headers.get(METHOD) {
         if value.to_str().ok() != Some(method) {
-            return Err(mismatch(format!("{METHOD} header does not match the body's method")));
+            return Err(mismatch(format!(
+                "{METHOD} header does not match the body's method"
+            )));
         }
     }
     let Some(field) = named_param(method) else {
         return Ok(());
     };
-    let body = message.params().and_then(|p| p.get(field)).and_then(|v| v.as_str());
+    let body = message
+        .params()
+        .and_then(|p| p.get(field))
+        .and_then(|v| v.as_str());
     let header = headers
         .get(NAME)
         .and_then(|v| v.to_str().ok())
@@ -69,7 +77,9 @@ pub fn check_headers(headers: &HeaderMap, message: &Message, modern: bool) -> Re
         (None, _) if !modern => Ok(()),
         (Some(Some(h)), Some(b)) if h == b => Ok(()),
         (None, None) => Ok(()),
-        _ => Err(mismatch(format!("{NAME} header does not match the body's {field}"))),
+        _ => Err(mismatch(format!(
+            "{NAME} header does not match the body's {field}"
+        ))),
     }
 }
 
@@ -121,8 +131,10 @@ mod tests {
     use serde_json::json;
 
     fn mk_call(name: &str) -> Message {
-        message(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name}}))
-            .unwrap()
+        message(
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name}}),
+        )
+        .unwrap()
     }
 
     fn mk_headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -149,7 +161,9 @@ mod tests {
         assert_eq!(e.reject.code, Code::MalformedRequest);
         let wrong_method = mk_headers(&[(METHOD, "tools/list"), (NAME, "read_logs")]);
         assert!(check_headers(&wrong_method, &mk_call("read_logs"), true).is_err());
-        assert!(check_headers(&mk_headers(&[(METHOD, "tools/call")]), &mk_call("x"), true).is_err());
+        assert!(
+            check_headers(&mk_headers(&[(METHOD, "tools/call")]), &mk_call("x"), true).is_err()
+        );
         assert!(check_headers(&HeaderMap::new(), &mk_call("x"), false).is_ok());
         let twice = mk_headers(&[(NAME, "x"), (NAME, "y")]);
         assert!(check_headers(&twice, &mk_call("x"), false).is_err());
@@ -157,9 +171,16 @@ mod tests {
 
     #[test]
     fn wrapped_names_are_decoded() {
-        assert_eq!(decode_header_value("=?base64?w6l0w6k=?=").as_deref(), Some("été"));
+        assert_eq!(
+            decode_header_value("=?base64?w6l0w6k=?=").as_deref(),
+            Some("été")
+        );
         assert_eq!(decode_header_value("plain").as_deref(), Some("plain"));
-        assert_eq!(decode_header_value("=?base64?w6l0w6l=?="), None, "stray bits");
+        assert_eq!(
+            decode_header_value("=?base64?w6l0w6l=?="),
+            None,
+            "stray bits"
+        );
         assert_eq!(decode_header_value("=?base64?abc?="), None);
         let h = mk_headers(&[(NAME, "=?base64?w6l0w6k=?=")]);
         assert!(check_headers(&h, &mk_call("été"), true).is_ok());

@@ -105,10 +105,7 @@ impl Refusal {
 
     /// The whole HTTP answer to a single message.
     pub fn response(&self, id: &Value, trace_id: &str, modern: bool) -> Response<Body> {
-        json_response(
-            self.status(modern),
-            &self.message(id, trace_id, modern),
-        )
+        json_response(self.status(modern), &self.message(id, trace_id, modern))
     }
 }
 
@@ -140,13 +137,19 @@ mod tests {
         assert_eq!(m["id"], 9);
         let result = &m["result"];
         assert_eq!(result["isError"], true);
-        assert_eq!(result["structuredContent"]["error"]["code"], "TOOL_NOT_ALLOWED");
+        assert_eq!(
+            result["structuredContent"]["error"]["code"],
+            "TOOL_NOT_ALLOWED"
+        );
         let text: Value =
             serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(text, result["structuredContent"]);
         assert!(result.get("resultType").is_none());
         assert_eq!(r.status(false), 200);
-        assert_eq!(r.message(&json!(9), "t1", true)["result"]["resultType"], "complete");
+        assert_eq!(
+            r.message(&json!(9), "t1", true)["result"]["resultType"],
+            "complete"
+        );
     }
 
     #[test]
@@ -171,12 +174,12 @@ mod tests {
             Reject::new(Code::MalformedRequest, "x").with_status(404),
         );
         assert_eq!(gone.status(false), 404);
-        let down = Refusal::error(
-            INTERNAL_ERROR,
-            Reject::new(Code::BackendUnavailable, "x"),
-        );
+        let down = Refusal::error(INTERNAL_ERROR, Reject::new(Code::BackendUnavailable, "x"));
         assert_eq!(down.status(false), 503);
         let denied = Refusal::error(METHOD_NOT_FOUND, Reject::new(Code::ToolNotAllowed, "x"));
-        assert_eq!((denied.status(false), denied.status(true)), (StatusCode::OK, StatusCode::NOT_FOUND));
+        assert_eq!(
+            (denied.status(false), denied.status(true)),
+            (StatusCode::OK, StatusCode::NOT_FOUND)
+        );
     }
 }

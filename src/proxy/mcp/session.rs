@@ -80,7 +80,10 @@ mod tests {
         assert!(sessions.check("s1", "ops-bot").is_ok());
         let e = sessions.check("s1", "other-bot").unwrap_err();
         assert_eq!((e.code, e.status()), (Code::MalformedRequest, 404));
-        assert!(sessions.check("s2", "ops-bot").is_err(), "unknown sessions are refused");
+        assert!(
+            sessions.check("s2", "ops-bot").is_err(),
+            "unknown sessions are refused"
+        );
         sessions.end("s1");
         assert!(sessions.check("s1", "ops-bot").is_err());
     }

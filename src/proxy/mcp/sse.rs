@@ -159,8 +159,14 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].data, "{\"a\":1}");
         assert!(events[0].is_message());
-        assert_eq!(events[0].raw.as_ref(), b"event: message\r\ndata: {\"a\":1}\r\n\r\n");
-        assert_eq!((events[1].id.as_deref(), events[1].data.as_str()), (Some("p1"), ""));
+        assert_eq!(
+            events[0].raw.as_ref(),
+            b"event: message\r\ndata: {\"a\":1}\r\n\r\n"
+        );
+        assert_eq!(
+            (events[1].id.as_deref(), events[1].data.as_str()),
+            (Some("p1"), "")
+        );
         p.push(b"2}\n\n");
         let events = all(&mut p, false);
         assert_eq!(events[0].data, "{\"b\":2}");

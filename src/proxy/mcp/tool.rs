@@ -72,7 +72,10 @@ enum Delivered {
 
 /// A streaming answer can't be wanted as a message; only a bug gets here.
 fn unreachable_message(ex: &Exchange<'_>, outcome: &mut Outcome, id: &Value) -> Response<Body> {
-    let reject = Reject::new(Code::BackendError, "the tool's result could not be delivered");
+    let reject = Reject::new(
+        Code::BackendError,
+        "the tool's result could not be delivered",
+    );
     ex.refuse(outcome, Refusal::of_call(reject), id)
 }
 
@@ -102,7 +105,9 @@ async fn run(
     let response = forward::send(ex, request)
         .await
         .map_err(|f| Refusal::of_call(failure_reject(f, contract.idempotent, contract.timeout)))?;
-    ex.gate.metrics.record_upstream(&contract.tool, sent.elapsed());
+    ex.gate
+        .metrics
+        .record_upstream(&contract.tool, sent.elapsed());
     outcome.upstream_status = Some(response.status().as_u16());
     let deadline = tokio::time::Instant::from_std(sent + contract.timeout);
     let max = ex.gate.limits.max_response_bytes;
@@ -157,7 +162,10 @@ async fn run(
             parts
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            Ok(Delivered::Response(Response::from_parts(parts, full(bytes))))
+            Ok(Delivered::Response(Response::from_parts(
+                parts,
+                full(bytes),
+            )))
         }
         _ if shape::needed(contract) => Err(Refusal::of_call(failure_to_reject(
             Failure::NotAnAnswer,
@@ -173,12 +181,14 @@ async fn upstream_error(
     contract: &Contract,
 ) -> Result<(StatusCode, Bytes), Refusal> {
     let status = response.status();
-    answer::rpc_error(response, contract.timeout).await.ok_or_else(|| {
-        let reject = status_reject(status).unwrap_or_else(|| {
-            Reject::new(Code::BackendError, "the backend did not answer the call")
-        });
-        Refusal::of_call(reject)
-    })
+    answer::rpc_error(response, contract.timeout)
+        .await
+        .ok_or_else(|| {
+            let reject = status_reject(status).unwrap_or_else(|| {
+                Reject::new(Code::BackendError, "the backend did not answer the call")
+            });
+            Refusal::of_call(reject)
+        })
 }
 
 /// Shapes the result event of a streamed call.
