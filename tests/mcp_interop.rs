@@ -130,12 +130,11 @@ async fn legacy_client_through_the_python_sse_server() {
             &["call", "read_logs", r#"{"service":"billing"}"#],
         ),
         client(&u, None, "legacy", &["list"]),
-        client(&u, tok, "legacy", &["resources"]),
         client(&u, tok, "legacy", &["prompts"]),
     ])
     .await;
-    let [list, issue, logs, echo, secret, invalid, anonymous, resources, prompts] =
-        <[Value; 9]>::try_from(runs).unwrap();
+    let [list, issue, logs, echo, secret, invalid, anonymous, prompts] =
+        <[Value; 8]>::try_from(runs).unwrap();
 
     assert_eq!(
         list["tools"],
@@ -173,11 +172,6 @@ async fn legacy_client_through_the_python_sse_server() {
         anonymous["data"]["error"]["code"], "UNAUTHENTICATED",
         "{anonymous}"
     );
-    assert_eq!(resources["error"]["code"], -32601, "{resources}");
-    assert_eq!(
-        resources["error"]["data"]["error"]["code"],
-        "TOOL_NOT_ALLOWED"
-    );
     assert_eq!(prompts["prompts"], json!(["summarize"]), "{prompts}");
 
     // Refused calls never ran.
@@ -210,7 +204,6 @@ async fn modern_and_auto_clients_through_the_python_json_server() {
                 r#"{"service":"api","window_minutes":5000}"#,
             ],
         ),
-        client(&u, tok, "modern", &["call", "echo", r#"{"text":"hi"}"#]),
         client(&u, tok, "modern", &["call", "secret_tool", "{}"]),
         client(
             &u,
@@ -222,11 +215,9 @@ async fn modern_and_auto_clients_through_the_python_json_server() {
                 r#"{"project_key":"OPS","title":"t"}"#,
             ],
         ),
-        client(&u, None, "auto", &["list"]),
     ])
     .await;
-    let [list, logs, server_error, echo, secret, issue, anonymous] =
-        <[Value; 7]>::try_from(runs).unwrap();
+    let [list, logs, server_error, secret, issue] = <[Value; 5]>::try_from(runs).unwrap();
 
     assert_eq!(list["protocolVersion"], "2026-07-28", "{list}");
     assert_eq!(list["tools"], json!(["read_logs", "create_issue"]));
@@ -235,12 +226,10 @@ async fn modern_and_auto_clients_through_the_python_json_server() {
     // in this revision) reaches the client unchanged.
     assert_eq!(server_error["error"]["code"], -32602, "{server_error}");
     assert_eq!(server_error["error"]["data"]["max"], 1440);
-    assert_eq!(error_code(&echo), "TOOL_NOT_ALLOWED", "{echo}");
     assert_eq!(secret["error"]["code"], -32602, "{secret}");
     assert_eq!(secret["error"]["data"]["error"]["code"], "UNKNOWN_TOOL");
     assert_eq!(issue["protocolVersion"], "2026-07-28", "{issue}");
     assert_eq!(issue["structuredContent"]["project_key"], "OPS");
-    assert_eq!(anonymous["http_status"], 401, "{anonymous}");
     assert_eq!(peer.counts(), json!({"create_issue": 1, "read_logs": 2}));
     h.stop().await;
 }
@@ -324,20 +313,10 @@ async fn auto_client_through_server_everything() {
             "legacy",
             &["call", "echo", r#"{"message":"hello"}"#],
         ),
-        client(
-            &u,
-            tok,
-            "auto",
-            &[
-                "call",
-                "echo",
-                r#"{"message":"far too long for the contract"}"#,
-            ],
-        ),
         client(&u, tok, "legacy", &["call", "get-env", "{}"]),
     ])
     .await;
-    let [list, echo, too_long, env] = <[Value; 4]>::try_from(runs).unwrap();
+    let [list, echo, env] = <[Value; 3]>::try_from(runs).unwrap();
     // The TypeScript server speaks no 2026-07-28: auto falls back to initialize.
     assert_eq!(list["protocolVersion"], "2025-11-25", "{list}");
     assert_eq!(list["tools"], json!(["echo", "get-sum"]));
@@ -346,7 +325,6 @@ async fn auto_client_through_server_everything() {
         echo["content"],
         json!([{"type": "text", "text": "Echo: hello"}])
     );
-    assert_eq!(error_code(&too_long), "INVALID_ARGUMENTS", "{too_long}");
     assert_eq!(
         env["error"]["data"]["error"]["code"], "UNKNOWN_TOOL",
         "{env}"

@@ -33,6 +33,13 @@ spec:
 ---
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolContract
+metadata: {name: stray-id}
+spec:
+  tool: stray_id
+  redact: [/lines/*/client_ip]
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
 metadata: {name: create-issue}
 spec:
   tool: create_issue
@@ -87,6 +94,7 @@ spec:
   tools:
     - name: read_logs
     - name: stream_logs
+    - name: stray_id
     - name: slow_stream
     - name: slow_stream_short
     - name: broken
@@ -575,6 +583,20 @@ async fn streamed_results_and_listings_are_rewritten_in_flight() {
         "{}",
         r.text
     );
+
+    let r = post(
+        &h,
+        Some(OPS_TOKEN),
+        &[],
+        &call(json!(2), "stray_id", json!({})),
+    )
+    .await;
+    assert!(
+        !r.text.contains("10.1.2.3"),
+        "a stray id doesn't dodge shaping: {}",
+        r.text
+    );
+    assert!(r.text.contains(r#""id":2"#), "{}", r.text);
 
     let list = r#"{"jsonrpc":"2.0","id":"l","method":"tools/list"}"#;
     let r = post(&h, Some(OPS_TOKEN), &[], list).await;

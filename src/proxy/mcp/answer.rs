@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::jsonrpc::answers;
+use super::jsonrpc::{answer_in, is_response};
 use super::sse::{Event, Parser};
 use crate::proxy::body::{read_limited, Body, BoxError, ReadError};
 
@@ -127,11 +127,13 @@ impl<R: Rewrite> Stream<R> {
             tracing::warn!("dropping an upstream event that is not JSON");
             return None;
         };
-        if !answers(&value, &self.id) {
+        if !is_response(&value) {
             return Some(event.raw);
         }
         self.answered = true;
-        let message = self.rewrite.answer(value);
+        let message = self
+            .rewrite
+            .answer(answer_in(value, &self.id).unwrap_or_default());
         Some(event.with_data(&serde_json::to_string(&message).unwrap_or_default()))
     }
 
@@ -204,11 +206,7 @@ pub async fn read_json(
             ReadError::Broken(_) => Failure::Broken,
         })?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|_| Failure::NotAnAnswer)?;
-    let found = match value {
-        Value::Array(items) => items.into_iter().find(|m| answers(m, id)),
-        other => Some(other).filter(|m| answers(m, id)),
-    };
-    found.ok_or(Failure::NotAnAnswer)
+    answer_in(value, id).ok_or(Failure::NotAnAnswer)
 }
 
 /// Largest JSON-RPC error body read from an upstream HTTP error.
@@ -261,8 +259,8 @@ async fn collect_sse(
                 continue;
             }
             if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
-                if answers(&value, id) {
-                    return Ok(value);
+                if let Some(answer) = answer_in(value, id) {
+                    return Ok(answer);
                 }
             }
         }
