@@ -40,11 +40,11 @@ pub async fn single(
     outcome: &mut Outcome,
 ) -> Response<Body> {
     let id = message.reply_id();
-    match run(ex, &message, original, outcome, true).await {
-        Ok(Delivered::Response(response)) => response,
-        Ok(Delivered::Message(_)) => unreachable_message(ex, outcome, &id),
-        Err(refusal) => ex.refuse(outcome, refusal, &id),
-    }
+    let delivered = match forward_call(ex, &message, original, outcome, false).await {
+        Ok(forwarded) => deliver(ex, forwarded, &id, outcome).await,
+        Err(refusal) => Err(refusal),
+    };
+    delivered.unwrap_or_else(|refusal| ex.refuse(outcome, refusal, &id))
 }
 
 /// One tools/call of a batch, with its own audit record; returns its answer.
@@ -52,40 +52,35 @@ pub async fn element(ex: &Exchange<'_>, message: Message) -> Value {
     let mut outcome = ex.element_outcome();
     let id = message.reply_id();
     let bytes = Bytes::from(message.to_bytes());
-    let answer = match run(ex, &message, bytes, &mut outcome, false).await {
-        Ok(Delivered::Message(value)) => value,
-        Ok(Delivered::Response(_)) => Value::Null,
-        Err(refusal) => {
-            outcome.code = Some(refusal.reject.code);
-            outcome.rule = refusal.reject.rule.clone();
-            refusal.message(&id, ex.trace_id(), false)
-        }
+    let answer = match forward_call(ex, &message, bytes, &mut outcome, true).await {
+        Ok(forwarded) => collect(ex, forwarded, &id).await,
+        Err(refusal) => Err(refusal),
     };
+    let answer = answer.unwrap_or_else(|refusal| {
+        outcome.code = Some(refusal.reject.code);
+        outcome.rule = refusal.reject.rule.clone();
+        refusal.message(&id, ex.trace_id(), false)
+    });
     outcome.record(&ex.gate.metrics, &ex.gate.audit).await;
     answer
 }
 
-enum Delivered {
-    Response(Response<Body>),
-    Message(Value),
+/// A permitted call and the upstream's response head.
+struct Forwarded {
+    snapshot: Arc<Snapshot>,
+    tool: ToolId,
+    response: Response<Incoming>,
+    deadline: tokio::time::Instant,
 }
 
-/// A streaming answer can't be wanted as a message; only a bug gets here.
-fn unreachable_message(ex: &Exchange<'_>, outcome: &mut Outcome, id: &Value) -> Response<Body> {
-    let reject = Reject::new(
-        Code::BackendError,
-        "the tool's result could not be delivered",
-    );
-    ex.refuse(outcome, Refusal::of_call(reject), id)
-}
-
-async fn run(
+/// Decides the call and, when it may run, forwards it; 2xx answers only come back.
+async fn forward_call(
     ex: &Exchange<'_>,
     message: &Message,
     original: Bytes,
     outcome: &mut Outcome,
-    stream: bool,
-) -> Result<Delivered, Refusal> {
+    split: bool,
+) -> Result<Forwarded, Refusal> {
     let Some(snapshot) = ex.snapshot.clone() else {
         return Err(Refusal::of_call(Reject::new(
             Code::NotReady,
@@ -98,7 +93,7 @@ async fn run(
         method: Method::POST,
         tool: Some(&contract.tool),
         body: permit.body,
-        split: !stream,
+        split,
         timeout: contract.timeout,
     };
     let sent = Instant::now();
@@ -109,31 +104,43 @@ async fn run(
         .metrics
         .record_upstream(&contract.tool, sent.elapsed());
     outcome.upstream_status = Some(response.status().as_u16());
-    let deadline = tokio::time::Instant::from_std(sent + contract.timeout);
-    let max = ex.gate.limits.max_response_bytes;
-    let id = message.reply_id();
     if response.status() == StatusCode::ACCEPTED {
         return Err(Refusal::of_call(Reject::new(
             Code::BackendError,
             "the backend accepted the call without answering it",
         )));
     }
+    let tool = permit.tool;
+    Ok(Forwarded {
+        tool,
+        response,
+        deadline: tokio::time::Instant::from_std(sent + contract.timeout),
+        snapshot,
+    })
+}
+
+/// The answer to a single call, streamed where it can be.
+async fn deliver(
+    ex: &Exchange<'_>,
+    forwarded: Forwarded,
+    id: &Value,
+    outcome: &Outcome,
+) -> Result<Response<Body>, Refusal> {
+    let max = ex.gate.limits.max_response_bytes;
+    let Forwarded {
+        snapshot,
+        tool,
+        response,
+        deadline,
+    } = forwarded;
+    let contract = snapshot.contract(tool);
+    let shaped = shape::needed(contract);
     if !response.status().is_success() {
         let (status, bytes) = upstream_error(response, contract).await?;
-        if !stream {
-            return Ok(Delivered::Message(answer::with_id(&bytes, &id)));
-        }
         let mut response = reply::json_bytes(bytes);
         // The revision's status for this error (2026-07-28: 400 for invalid params).
         *response.status_mut() = status;
-        return Ok(Delivered::Response(response));
-    }
-    if !stream {
-        let value = answer::collect(response, &id, max, deadline)
-            .await
-            .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
-        let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
-        return Ok(Delivered::Message(shaped));
+        return Ok(response);
     }
     match shape_of(&response) {
         Shape::EventStream => {
@@ -142,18 +149,18 @@ async fn run(
             parts.headers.remove(header::CONTENT_LENGTH);
             let rewrite = CallRewrite {
                 snapshot: snapshot.clone(),
-                tool: permit.tool,
+                tool,
                 id: id.clone(),
                 trace_id: ex.trace_id().to_string(),
                 modern: ex.modern,
                 follow_up: Some(FollowUp::of(ex.gate, outcome)),
             };
-            let body = rewrite_sse(incoming, id, rewrite, max, Some(deadline));
-            Ok(Delivered::Response(Response::from_parts(parts, body)))
+            let body = rewrite_sse(incoming, id.clone(), rewrite, max, Some(deadline));
+            Ok(Response::from_parts(parts, body))
         }
-        Shape::Json if shape::needed(contract) => {
+        Shape::Json if shaped => {
             let (mut parts, incoming) = response.into_parts();
-            let value = answer::read_json(incoming, &id, max, deadline)
+            let value = answer::read_json(incoming, id, max, deadline)
                 .await
                 .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
@@ -162,17 +169,34 @@ async fn run(
             parts
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            Ok(Delivered::Response(Response::from_parts(
-                parts,
-                full(bytes),
-            )))
+            Ok(Response::from_parts(parts, full(bytes)))
         }
-        _ if shape::needed(contract) => Err(Refusal::of_call(failure_to_reject(
+        _ if shaped => Err(Refusal::of_call(failure_to_reject(
             Failure::NotAnAnswer,
             contract,
         ))),
-        _ => Ok(Delivered::Response(stream_through(response))),
+        _ => Ok(stream_through(response)),
     }
+}
+
+/// The answer to a call of a batch, read whole.
+async fn collect(ex: &Exchange<'_>, forwarded: Forwarded, id: &Value) -> Result<Value, Refusal> {
+    let Forwarded {
+        snapshot,
+        tool,
+        response,
+        deadline,
+    } = forwarded;
+    let contract = snapshot.contract(tool);
+    if !response.status().is_success() {
+        let (_, bytes) = upstream_error(response, contract).await?;
+        return Ok(answer::with_id(&bytes, id));
+    }
+    let max = ex.gate.limits.max_response_bytes;
+    let value = answer::collect(response, id, max, deadline)
+        .await
+        .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+    shape_answer(contract, value).map_err(Refusal::of_call)
 }
 
 /// The JSON-RPC error an upstream HTTP 4xx carries, or the contract's refusal.
