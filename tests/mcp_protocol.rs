@@ -531,6 +531,19 @@ async fn event_streams_flow_through_as_they_are_sent() {
     backend.release.notify_one();
     assert!(next_chunk(&mut body).await.contains("progress"));
     drop(body);
+    // A resumed GET stream would replay a result toolgate can't tie to its call: dropped.
+    let resumed = [
+        ("mcp-session-id", session.as_str()),
+        ("last-event-id", "e-1"),
+    ];
+    let response = open(&h, "GET", &resumed, String::new()).await;
+    let text = String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes())
+        .into_owned();
+    assert!(text.contains("notifications/progress"), "{text}");
+    assert!(
+        !text.contains("10.1.2.3") && !text.contains("result"),
+        "{text}"
+    );
     // The streamed call that timed out has its call record and a follow-up refusal.
     let dir = h.stop_keeping_files().await;
     let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();

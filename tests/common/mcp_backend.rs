@@ -178,6 +178,11 @@ async fn respond(seen: &Seen, hold: &Arc<Notify>, sessions: &AtomicUsize) -> Res
     let progress =
         json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}});
     match seen.method {
+        // A resumed stream replays a call's result before going on.
+        Method::GET if seen.headers.contains_key("last-event-id") => {
+            let replay = vec![event(&logs_result(&json!(5))), event(&progress)];
+            return sse(replay, vec![], Hold::Nothing);
+        }
         Method::GET => {
             return sse(
                 vec![event(&progress)],

@@ -49,7 +49,7 @@ pub fn rewrite_sse<R: Rewrite>(
     max_event: usize,
     deadline: Option<Instant>,
 ) -> Body {
-    let state = Stream {
+    into_body(Stream {
         incoming,
         parser: Parser::new(max_event),
         id,
@@ -58,7 +58,40 @@ pub fn rewrite_sse<R: Rewrite>(
         eof: false,
         done: false,
         deadline,
-    };
+        drop_responses: false,
+    })
+}
+
+/// Re-emits a resumed GET stream (`Last-Event-ID`) without the responses it replays:
+/// they answer calls and listings whose streams broke, and on this stream toolgate can't
+/// tell which, so it can't shape or filter them. Requests and notifications pass.
+pub fn without_responses(incoming: Incoming, max_event: usize) -> Body {
+    into_body(Stream {
+        incoming,
+        parser: Parser::new(max_event),
+        id: Value::Null,
+        rewrite: Unchecked,
+        answered: false,
+        eof: false,
+        done: false,
+        deadline: None,
+        drop_responses: true,
+    })
+}
+
+struct Unchecked;
+
+impl Rewrite for Unchecked {
+    fn answer(&mut self, message: Value) -> Value {
+        message
+    }
+
+    fn failed(&mut self, _: Failure) -> Value {
+        Value::Null
+    }
+}
+
+fn into_body<R: Rewrite>(state: Stream<R>) -> Body {
     let frames = futures_util::stream::unfold(state, |mut state| async move {
         let frame = state.next().await?;
         Some((Ok::<_, BoxError>(Frame::data(frame)), state))
@@ -75,6 +108,7 @@ struct Stream<R> {
     eof: bool,
     done: bool,
     deadline: Option<Instant>,
+    drop_responses: bool,
 }
 
 impl<R: Rewrite> Stream<R> {
@@ -130,6 +164,10 @@ impl<R: Rewrite> Stream<R> {
         if !is_response(&value) {
             return Some(event.raw);
         }
+        if self.drop_responses {
+            tracing::warn!("dropping a replayed response toolgate can't check");
+            return None;
+        }
         self.answered = true;
         let message = self
             .rewrite
@@ -140,7 +178,7 @@ impl<R: Rewrite> Stream<R> {
     /// Ends the stream, with a replacement response if the real one never came.
     fn fail(&mut self, failure: Failure) -> Option<Bytes> {
         self.done = true;
-        if self.answered {
+        if self.answered || self.drop_responses {
             return None;
         }
         self.answered = true;

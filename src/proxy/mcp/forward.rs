@@ -84,7 +84,8 @@ pub fn stream_through(response: Response<Incoming>) -> Response<Body> {
     Response::from_parts(parts, incoming.map_err(Into::into).boxed())
 }
 
-/// GET (the server's event stream) and DELETE (session end).
+/// GET (the server's event stream) and DELETE (session end). A GET that resumes a broken
+/// stream may replay responses; those are dropped ([`answer::without_responses`]).
 pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
     let method = ex.parts.method.clone();
     let request = Outbound {
@@ -103,6 +104,14 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
         if let Some(session) = ex.mcp_session() {
             ex.gate.mcp_sessions.end(session);
         }
+    }
+    let resumed = ex.parts.headers.contains_key("last-event-id");
+    if method == Method::GET && resumed && response.status().is_success() {
+        let (mut parts, incoming) = response.into_parts();
+        clean(&mut parts.headers);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        let body = answer::without_responses(incoming, ex.gate.limits.max_response_bytes);
+        return Ok(Response::from_parts(parts, body));
     }
     Ok(stream_through(response))
 }
