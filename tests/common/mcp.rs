@@ -138,8 +138,13 @@ fn rand_suffix() -> u64 {
         ^ u64::from(std::process::id())
 }
 
+/// Client runs at once across the test binary: each is a Python process importing the
+/// SDK, and a few at a time finish sooner than all at once on a small machine.
+static RUNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
 /// Runs `tests/mcp/client.py` once; its one line of JSON output.
 pub async fn client(url: &str, token: Option<&str>, mode: &str, scenario: &[&str]) -> Value {
+    let _slot = RUNS.acquire().await.unwrap();
     let mut command = Command::new(python());
     command.arg(root().join("tests/mcp/client.py")).args([
         "--url",
@@ -147,7 +152,7 @@ pub async fn client(url: &str, token: Option<&str>, mode: &str, scenario: &[&str
         "--mode",
         mode,
         "--timeout",
-        "20",
+        "30",
     ]);
     if let Some(token) = token {
         command.args(["--token", token]);
