@@ -94,6 +94,7 @@ impl Sidecar {
             limits: settings.limits.clone(),
             mcp_path: settings.mcp.path.clone(),
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
+            mcp_sessions: Default::default(),
         });
 
         let agent_listener = TcpListener::bind(settings.listen)

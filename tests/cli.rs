@@ -81,8 +81,16 @@ async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
     let root = env!("CARGO_MANIFEST_DIR");
     let audit = dir.path().join("audit.log");
     let settings = dir.path().join("toolgate.yaml");
-    let port = closed_port().await.port();
-    let admin = closed_port().await.port();
+    // Two free ports, held together so they can't be the same one.
+    let (a, b) = (
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+    );
+    let (port, admin) = (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    );
+    drop((a, b));
     std::fs::write(
         &settings,
         format!(
@@ -105,7 +113,7 @@ async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
     // Wait for readiness.
     let ready = format!("http://127.0.0.1:{admin}/readyz");
     let mut up = false;
-    for _ in 0..100 {
+    for _ in 0..200 {
         if let Ok(r) = client.get(ready.parse().unwrap()).await {
             if r.status() == 200 {
                 up = true;

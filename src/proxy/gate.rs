@@ -22,4 +22,6 @@ pub struct Gate {
     pub mcp_path: String,
     /// Rate-limit, session and dedupe state: outlives snapshots, bounded (`limits`).
     pub ledger: Ledger,
+    /// Which agent each MCP session was issued to.
+    pub mcp_sessions: crate::proxy::mcp::session::Sessions,
 }

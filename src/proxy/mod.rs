@@ -5,6 +5,7 @@ pub mod decide;
 pub mod exchange;
 pub mod gate;
 pub mod headers;
+pub mod mcp;
 pub mod outcome;
 pub mod pipeline;
 pub mod reject;

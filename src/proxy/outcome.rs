@@ -130,6 +130,13 @@ impl Outcome {
         if self.replayed {
             headers.insert(REPLAYED, HeaderValue::from_static("true"));
         }
+        self.record(metrics, audit).await;
+        response
+    }
+
+    /// Counts the call and writes its audit record, for a call that has no response of
+    /// its own (one tools/call of an MCP batch).
+    pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
         if let Some(code) = self.code {
             self.span.event(
@@ -163,6 +170,5 @@ impl Outcome {
                 latency_us: elapsed.as_micros() as u64,
             })
             .await;
-        response
     }
 }

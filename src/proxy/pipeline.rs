@@ -60,7 +60,7 @@ pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body
 }
 
 async fn process(
-    gate: &Gate,
+    gate: &Arc<Gate>,
     request: Request<Incoming>,
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Reject> {
@@ -76,6 +76,10 @@ async fn process(
     outcome.session = session.clone();
     let idempotency_key = headers::idempotency_key(&parts.headers)
         .map_err(|m| Reject::new(Code::MalformedRequest, m))?;
+    // MCP has its own dispatch: JSON-RPC messages and batches, streams (proxy::mcp).
+    if parts.uri.path() == gate.mcp_path {
+        return crate::proxy::mcp::handle(gate, parts, body, session, outcome).await;
+    }
     // Fail closed: without a snapshot nothing is known to be allowed.
     let snapshot = gate
         .control
@@ -174,7 +178,7 @@ async fn process(
     rest::forward(gate, forward, outcome).await
 }
 
-async fn read_body(
+pub(crate) async fn read_body(
     gate: &Gate,
     headers: &http::HeaderMap,
     body: Incoming,

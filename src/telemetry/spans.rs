@@ -154,6 +154,11 @@ pub struct CallSpan {
 }
 
 impl CallSpan {
+    /// No span, only a trace id: for a record that belongs to a span already ended.
+    pub fn detached(trace_id: String) -> CallSpan {
+        CallSpan { cx: None, trace_id }
+    }
+
     pub fn trace_id(&self) -> &str {
         &self.trace_id
     }

@@ -1,0 +1,320 @@
+//! The upstream's answer to one forwarded request, when toolgate must see it: rewritten
+//! in flight when it is an SSE stream, or read whole (bounded) when it is one JSON body
+//! or belongs to a batch.
+//!
+//! A rewritten stream stays a stream: every event is re-emitted as soon as it is
+//! complete, unrelated events byte for byte, so progress notifications and
+//! server-to-client requests flow while a call runs. Only the JSON-RPC response to the
+//! forwarded request is rewritten. An event that claims to be JSON but isn't is dropped:
+//! toolgate never passes on what it could not check.
+
+use bytes::Bytes;
+use http::{header, Response};
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Incoming;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::jsonrpc::{answer_in, is_response};
+use super::sse::{Event, Parser};
+use crate::proxy::body::{read_limited, Body, BoxError, ReadError};
+
+/// Why the response could not be delivered as it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    TimedOut,
+    /// The connection broke before the response arrived.
+    Broken,
+    /// An event or body was over the size limit.
+    TooLarge(usize),
+    /// The body was not a JSON-RPC response to the request.
+    NotAnAnswer,
+}
+
+/// What to do with the response to the forwarded request.
+pub trait Rewrite: Send + Sync + 'static {
+    /// The message to deliver instead of `message` (the upstream's result or error).
+    fn answer(&mut self, message: Value) -> Value;
+    /// The message to deliver when the response can't arrive.
+    fn failed(&mut self, failure: Failure) -> Value;
+}
+
+/// Re-emits an SSE body, rewriting the response to request `id`. Until that response
+/// has passed, the stream must deliver it by `deadline`.
+pub fn rewrite_sse<R: Rewrite>(
+    incoming: Incoming,
+    id: Value,
+    rewrite: R,
+    max_event: usize,
+    deadline: Option<Instant>,
+) -> Body {
+    into_body(Stream {
+        incoming,
+        parser: Parser::new(max_event),
+        id,
+        rewrite,
+        answered: false,
+        eof: false,
+        done: false,
+        deadline,
+        drop_responses: false,
+    })
+}
+
+/// Re-emits a resumed GET stream (`Last-Event-ID`) without the responses it replays:
+/// they answer calls and listings whose streams broke, and on this stream toolgate can't
+/// tell which, so it can't shape or filter them. Requests and notifications pass.
+pub fn without_responses(incoming: Incoming, max_event: usize) -> Body {
+    into_body(Stream {
+        incoming,
+        parser: Parser::new(max_event),
+        id: Value::Null,
+        rewrite: Unchecked,
+        answered: false,
+        eof: false,
+        done: false,
+        deadline: None,
+        drop_responses: true,
+    })
+}
+
+struct Unchecked;
+
+impl Rewrite for Unchecked {
+    fn answer(&mut self, message: Value) -> Value {
+        message
+    }
+
+    fn failed(&mut self, _: Failure) -> Value {
+        Value::Null
+    }
+}
+
+fn into_body<R: Rewrite>(state: Stream<R>) -> Body {
+    let frames = futures_util::stream::unfold(state, |mut state| async move {
+        let frame = state.next().await?;
+        Some((Ok::<_, BoxError>(Frame::data(frame)), state))
+    });
+    BodyExt::boxed(StreamBody::new(frames))
+}
+
+struct Stream<R> {
+    incoming: Incoming,
+    parser: Parser,
+    id: Value,
+    rewrite: R,
+    answered: bool,
+    eof: bool,
+    done: bool,
+    deadline: Option<Instant>,
+    drop_responses: bool,
+}
+
+impl<R: Rewrite> Stream<R> {
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(event) = self.parser.next_event(self.eof) {
+                match self.process(event) {
+                    Some(bytes) => return Some(bytes),
+                    None => continue,
+                }
+            }
+            if self.eof {
+                return None;
+            }
+            if let Err(e) = self.parser.check() {
+                return self.fail(Failure::TooLarge(e.0));
+            }
+            let frame = match self.deadline.filter(|_| !self.answered) {
+                Some(deadline) => {
+                    match tokio::time::timeout_at(deadline, self.incoming.frame()).await {
+                        Ok(frame) => frame,
+                        Err(_) => return self.fail(Failure::TimedOut),
+                    }
+                }
+                None => self.incoming.frame().await,
+            };
+            match frame {
+                None => self.eof = true,
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "upstream event stream broke");
+                    return self.fail(Failure::Broken);
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.parser.push(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    fn process(&mut self, event: Event) -> Option<Bytes> {
+        if event.data.is_empty() || !event.is_message() {
+            return Some(event.raw);
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&event.data) else {
+            tracing::warn!("dropping an upstream event that is not JSON");
+            return None;
+        };
+        if !is_response(&value) {
+            return Some(event.raw);
+        }
+        if self.drop_responses {
+            tracing::warn!("dropping a replayed response toolgate can't check");
+            return None;
+        }
+        self.answered = true;
+        let message = self
+            .rewrite
+            .answer(answer_in(value, &self.id).unwrap_or_default());
+        Some(event.with_data(&serde_json::to_string(&message).unwrap_or_default()))
+    }
+
+    /// Ends the stream, with a replacement response if the real one never came.
+    fn fail(&mut self, failure: Failure) -> Option<Bytes> {
+        self.done = true;
+        if self.answered || self.drop_responses {
+            return None;
+        }
+        self.answered = true;
+        let message = self.rewrite.failed(failure);
+        let data = serde_json::to_string(&message).unwrap_or_default();
+        Some(Bytes::from(format!("event: message\ndata: {data}\n\n")))
+    }
+}
+
+/// What a response body is, by its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Json,
+    EventStream,
+    Other,
+}
+
+pub fn shape_of<B>(response: &Response<B>) -> Shape {
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if content_type.starts_with("application/json") {
+        Shape::Json
+    } else if content_type.starts_with("text/event-stream") {
+        Shape::EventStream
+    } else {
+        Shape::Other
+    }
+}
+
+/// Reads the response to request `id` from a JSON or SSE body, bounded by `max` bytes
+/// (per event for SSE) and `deadline`. Other SSE events are dropped: a collected answer
+/// is one JSON-RPC message.
+pub async fn collect(
+    response: Response<Incoming>,
+    id: &Value,
+    max: usize,
+    deadline: Instant,
+) -> Result<Value, Failure> {
+    match shape_of(&response) {
+        Shape::Json => read_json(response.into_body(), id, max, deadline).await,
+        Shape::EventStream => collect_sse(response.into_body(), id, max, deadline).await,
+        Shape::Other => Err(Failure::NotAnAnswer),
+    }
+}
+
+/// Reads a JSON body (one message, or a batch of them) and finds the response to `id`.
+pub async fn read_json(
+    incoming: Incoming,
+    id: &Value,
+    max: usize,
+    deadline: Instant,
+) -> Result<Value, Failure> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    let bytes = read_limited(incoming, max, remaining)
+        .await
+        .map_err(|e| match e {
+            ReadError::TooLarge(n) => Failure::TooLarge(n),
+            ReadError::TimedOut => Failure::TimedOut,
+            ReadError::Broken(_) => Failure::Broken,
+        })?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| Failure::NotAnAnswer)?;
+    answer_in(value, id).ok_or(Failure::NotAnAnswer)
+}
+
+/// Largest JSON-RPC error body read from an upstream HTTP error.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The JSON-RPC error an upstream HTTP 4xx carries (a 2026-07-28 server answers invalid
+/// params with 400), with its status; `None` for any other error, whose body stays
+/// unread: backend internals never reach the agent.
+pub async fn rpc_error(
+    response: Response<Incoming>,
+    timeout: std::time::Duration,
+) -> Option<(http::StatusCode, Bytes)> {
+    let status = response.status();
+    if !status.is_client_error() || shape_of(&response) != Shape::Json {
+        return None;
+    }
+    let deadline = timeout.min(std::time::Duration::from_secs(5));
+    let bytes = read_limited(response.into_body(), MAX_ERROR_BODY, deadline)
+        .await
+        .ok()?;
+    let value: Value = serde_json::from_slice(&bytes).ok()?;
+    let is_rpc_error = value.get("result").is_none()
+        && value.pointer("/error/code").is_some_and(Value::is_i64)
+        && value
+            .pointer("/error/message")
+            .is_some_and(Value::is_string);
+    is_rpc_error.then_some((status, bytes))
+}
+
+/// A JSON-RPC error's bytes as the answer to request `id` (servers may answer `null`).
+pub fn with_id(bytes: &[u8], id: &Value) -> Value {
+    let mut value: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+    if let Some(object) = value.as_object_mut() {
+        object.insert("id".into(), id.clone());
+    }
+    value
+}
+
+async fn collect_sse(
+    mut incoming: Incoming,
+    id: &Value,
+    max: usize,
+    deadline: Instant,
+) -> Result<Value, Failure> {
+    let mut parser = Parser::new(max);
+    let mut eof = false;
+    loop {
+        while let Some(event) = parser.next_event(eof) {
+            if !event.is_message() || event.data.is_empty() {
+                continue;
+            }
+            if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
+                if let Some(answer) = answer_in(value, id) {
+                    return Ok(answer);
+                }
+            }
+        }
+        if eof {
+            return Err(Failure::Broken);
+        }
+        parser.check().map_err(|e| Failure::TooLarge(e.0))?;
+        match tokio::time::timeout_at(deadline, incoming.frame()).await {
+            Err(_) => return Err(Failure::TimedOut),
+            Ok(None) => eof = true,
+            Ok(Some(Err(_))) => return Err(Failure::Broken),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    parser.push(&data);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! tools/call: the same decision as a REST call (identify, authorize, validate against the
+//! contract's `input`, rules, audit gate), then forward, then shape the tool result's
+//! `structuredContent` with `output` / `redact`.
+//!
+//! Shaping a result also rewrites its `content` to the shaped JSON as one text item: the
+//! SDKs put the same data there, and a redacted field must not survive in the text copy.
+//! A result with `isError: true` is the tool's own error for the model: it is redacted
+//! but not held to `output`. When shaping is needed, a successful result without
+//! `structuredContent` is refused (`OUTPUT_CONTRACT_VIOLATION`): toolgate can't check it.
+
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+use super::answer::Failure;
+use super::jsonrpc::Message;
+use super::reply::Refusal;
+use super::Exchange;
+use crate::control::contract::Contract;
+use crate::control::policy::Policy;
+use crate::control::schema::empty_args;
+use crate::control::{Snapshot, ToolId};
+use crate::proxy::decide::{decide, RequestView};
+use crate::proxy::gate::Gate;
+use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::reject::{Code, Reject};
+use crate::proxy::stage::authorize;
+use crate::proxy::stage::shape;
+use crate::proxy::stage::validate::Arguments;
+use crate::proxy::upstream::{self, failure_reject};
+use crate::telemetry::spans::CallSpan;
+
+/// A call the gate let through, and the message to forward.
+pub struct Permit<'s> {
+    pub tool: ToolId,
+    pub contract: &'s Contract,
+    pub policy: &'s Policy,
+    /// The validated arguments (defaults filled), for session and duplicate keys.
+    pub args: Value,
+    pub body: Bytes,
+}
+
+/// Decides a tools/call. `original` is the message as it arrived, forwarded unchanged
+/// unless defaults were filled into its arguments.
+pub fn govern<'s>(
+    ex: &Exchange<'_>,
+    snapshot: &'s Snapshot,
+    message: &Message,
+    original: Bytes,
+    outcome: &mut Outcome,
+) -> Result<Permit<'s>, Refusal> {
+    let params = message.params();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Err(Refusal::of_call(Reject::new(
+            Code::MalformedRequest,
+            "tools/call needs params.name, the name of the tool to call",
+        )));
+    };
+    let Some(tool) = snapshot.tool(name) else {
+        return Err(Refusal::of_call(Reject::new(
+            Code::UnknownTool,
+            format!("no tool named {name:?} is registered"),
+        )));
+    };
+    let contract = snapshot.contract(tool);
+    outcome.set_tool(&contract.tool);
+    let args = params
+        .and_then(|p| p.get("arguments"))
+        .filter(|a| !a.is_null())
+        .cloned()
+        .unwrap_or_else(empty_args);
+    outcome.set_args(&args);
+    // A disabled or ungoverned agent is refused even in shadow mode.
+    let policy = authorize::policy(snapshot, &ex.agent.id).map_err(Refusal::of_call)?;
+    let view = RequestView {
+        method: ex.parts.method.as_str(),
+        path: ex.parts.uri.path(),
+        headers: &ex.parts.headers,
+        session: ex.session,
+    };
+    let raw_args = args.clone();
+    let args = match decide(
+        &ex.gate.ledger,
+        policy,
+        ex.agent,
+        contract,
+        args,
+        &view,
+        ex.gate.identity.tasks.as_ref(),
+    ) {
+        Ok(args) => {
+            outcome.decision = Decision::Allow;
+            args
+        }
+        Err(reject) if policy.shadow => {
+            tracing::info!(tool = %contract.tool, agent = %ex.agent.id, code = %reject.code, "shadow policy would deny; forwarding");
+            outcome.decision = Decision::ShadowDeny;
+            outcome.code = Some(reject.code);
+            outcome.rule = reject.rule;
+            Arguments {
+                value: raw_args,
+                filled: false,
+            }
+        }
+        Err(reject) => return Err(Refusal::of_call(reject)),
+    };
+    if contract.capture_arguments {
+        let mut captured = args.value.clone();
+        contract.redact.iter().for_each(|r| r.apply(&mut captured));
+        outcome.captured_args = Some(captured);
+    }
+    if ex.gate.audit.refuses_calls() {
+        outcome.decision = Decision::Deny;
+        return Err(Refusal::of_call(Reject::new(
+            Code::AuditUnavailable,
+            "the audit log can't be written, so no call may run",
+        )));
+    }
+    // The backend runs what was checked: filled defaults travel with the call.
+    let body = if args.filled {
+        let mut object = message.object.clone();
+        if let Some(Value::Object(params)) = object.get_mut("params") {
+            params.insert("arguments".into(), args.value.clone());
+        }
+        Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
+    } else {
+        original
+    };
+    Ok(Permit {
+        tool,
+        contract,
+        policy,
+        args: args.value,
+        body,
+    })
+}
+
+/// Shapes the response to a tools/call; JSON-RPC errors pass as they are.
+pub fn shape_answer(contract: &Contract, mut message: Value) -> Result<Value, Reject> {
+    if !shape::needed(contract) {
+        return Ok(message);
+    }
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+        return Ok(message);
+    };
+    shape_result(contract, result)?;
+    Ok(message)
+}
+
+fn shape_result(contract: &Contract, result: &mut Map<String, Value>) -> Result<(), Reject> {
+    let is_error = result.get("isError") == Some(&Value::Bool(true));
+    let structured = result.remove("structuredContent").filter(|s| !s.is_null());
+    let Some(structured) = structured else {
+        if is_error {
+            return Ok(());
+        }
+        return Err(Reject::new(
+            Code::OutputContractViolation,
+            "the tool's result has no structuredContent to check against its contract",
+        ));
+    };
+    let shaped = if is_error {
+        let mut redacted = structured;
+        contract.redact.iter().for_each(|r| r.apply(&mut redacted));
+        redacted
+    } else {
+        shape::shape(contract, structured)?
+    };
+    let text = serde_json::to_string(&shaped).unwrap_or_default();
+    result.insert("content".into(), json!([{"type": "text", "text": text}]));
+    result.insert("structuredContent".into(), shaped);
+    Ok(())
+}
+
+/// The refusal for a response that could not be read.
+pub fn failure_to_reject(failure: Failure, contract: &Contract) -> Reject {
+    match failure {
+        Failure::TimedOut => failure_reject(
+            upstream::Failure::TimedOut,
+            contract.idempotent,
+            contract.timeout,
+        ),
+        Failure::Broken => Reject::new(
+            Code::BackendUnavailable,
+            "the backend connection broke before the tool's result arrived",
+        ),
+        Failure::TooLarge(n) => Reject::new(
+            Code::OutputContractViolation,
+            format!("the tool's result is larger than {n} bytes"),
+        ),
+        Failure::NotAnAnswer => Reject::new(
+            Code::OutputContractViolation,
+            "the backend's answer is not a JSON-RPC response to the call",
+        ),
+    }
+}
+
+/// The audit record of a streamed call whose result turns out refused after the call's
+/// own record was written (the response head had already gone to the agent).
+pub struct FollowUp {
+    pub gate: Arc<Gate>,
+    pub outcome: Outcome,
+}
+
+impl FollowUp {
+    pub fn of(gate: &Arc<Gate>, outcome: &Outcome) -> FollowUp {
+        let span = CallSpan::detached(outcome.trace_id().to_string());
+        let mut copy = Outcome::new(span, outcome.started);
+        copy.agent = outcome.agent.clone();
+        copy.session = outcome.session.clone();
+        copy.tool = outcome.tool.clone();
+        copy.args_digest = outcome.args_digest.clone();
+        copy.captured_args = outcome.captured_args.clone();
+        copy.decision = outcome.decision;
+        copy.policy_version = outcome.policy_version;
+        copy.upstream_status = outcome.upstream_status;
+        FollowUp {
+            gate: gate.clone(),
+            outcome: copy,
+        }
+    }
+
+    pub fn record(mut self, reject: &Reject) {
+        tracing::warn!(tool = ?self.outcome.tool, code = %reject.code, trace_id = %self.outcome.trace_id(), "streamed tool result refused");
+        self.outcome.code = Some(reject.code);
+        self.outcome.rule = reject.rule.clone();
+        tokio::spawn(async move {
+            let gate = self.gate;
+            self.outcome.record(&gate.metrics, &gate.audit).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::ToolContractSpec;
+
+    fn mk_contract(spec: Value) -> Contract {
+        let spec: ToolContractSpec = serde_json::from_value(spec).unwrap();
+        Contract::compile("ToolContract/t".into(), &spec).unwrap()
+    }
+
+    fn mk_logs() -> Contract {
+        mk_contract(json!({
+            "tool": "read_logs",
+            "output": {"type": "object", "properties": {"lines": {"type": "array"}}},
+            "redact": ["/lines/*/client_ip"]
+        }))
+    }
+
+    fn mk_answer(result: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": 1, "result": result})
+    }
+
+    #[test]
+    fn shapes_structured_content_and_its_text_copy() {
+        let raw = json!({"lines": [{"msg": "m", "client_ip": "10.0.0.1"}], "host": "db-7"});
+        let answer = mk_answer(json!({
+            "content": [{"type": "text", "text": raw.to_string()}],
+            "structuredContent": raw,
+        }));
+        let shaped = shape_answer(&mk_logs(), answer).unwrap();
+        let expected = json!({"lines": [{"msg": "m", "client_ip": "[REDACTED]"}]});
+        assert_eq!(shaped["result"]["structuredContent"], expected);
+        let text = shaped["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            !text.contains("10.0.0.1") && !text.contains("db-7"),
+            "{text}"
+        );
+        assert_eq!(shaped["id"], 1);
+    }
+
+    #[test]
+    fn unshaped_tools_and_errors_pass_unchanged() {
+        let plain = mk_contract(json!({"tool": "echo"}));
+        let answer = mk_answer(json!({"content": [{"type": "text", "text": "hi"}]}));
+        assert_eq!(shape_answer(&plain, answer.clone()).unwrap(), answer);
+        let error = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "x"}});
+        assert_eq!(shape_answer(&mk_logs(), error.clone()).unwrap(), error);
+    }
+
+    #[test]
+    fn results_that_cannot_be_checked_are_refused() {
+        let text_only = mk_answer(json!({"content": [{"type": "text", "text": "x"}]}));
+        let e = shape_answer(&mk_logs(), text_only).unwrap_err();
+        assert_eq!(e.code, Code::OutputContractViolation);
+        let broken = mk_answer(json!({"structuredContent": {"lines": 3}}));
+        assert_eq!(
+            shape_answer(&mk_logs(), broken).unwrap_err().code,
+            Code::OutputContractViolation
+        );
+    }
+
+    #[test]
+    fn tool_errors_are_redacted_not_validated() {
+        let answer = mk_answer(json!({
+            "isError": true,
+            "structuredContent": {"error": "nope", "lines": [{"client_ip": "10.0.0.9"}]},
+        }));
+        let shaped = shape_answer(&mk_logs(), answer).unwrap();
+        let s = &shaped["result"]["structuredContent"];
+        assert_eq!(s["error"], "nope");
+        assert_eq!(s["lines"][0]["client_ip"], "[REDACTED]");
+        let bare = mk_answer(json!({"isError": true, "content": []}));
+        assert!(shape_answer(&mk_logs(), bare).is_ok());
+    }
+}

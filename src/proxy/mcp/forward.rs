@@ -1,0 +1,213 @@
+//! Forwarding MCP traffic to the upstream, and passing through what toolgate doesn't
+//! rewrite: GET streams, DELETE, and the answers to messages that pass (`initialize`,
+//! `ping`, `server/discover`, notifications, responses, granted methods). Those answers
+//! stream back as they arrive, never buffered.
+//!
+//! The upstream receives the agent's headers cleaned as for REST (no credential, no
+//! inbound `X-Toolgate-*`, stamped with agent and session) and with its own `Host`: MCP
+//! servers guard against DNS rebinding and refuse a `Host` that isn't theirs.
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Method, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::answer;
+use super::jsonrpc::Message;
+use super::listing;
+use super::reply::{Refusal, INTERNAL_ERROR};
+use super::{modern, Exchange};
+use crate::proxy::body::Body;
+use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
+use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::reject::Reject;
+use crate::proxy::upstream::{failure_reject, status_reject, Failure};
+
+/// How long a passing message may take to get its response head (its body then streams
+/// without a deadline: a GET stream lives as long as the session).
+pub const PASS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to send upstream besides the agent's headers.
+pub struct Outbound<'a> {
+    pub method: Method,
+    pub tool: Option<&'a str>,
+    pub body: Bytes,
+    /// One element of a batch: the request's routing headers described the batch.
+    pub split: bool,
+    pub timeout: Duration,
+}
+
+pub async fn send(ex: &Exchange<'_>, out: Outbound<'_>) -> Result<Response<Incoming>, Failure> {
+    let (path, headers) = outbound(ex, &out);
+    ex.gate
+        .upstream
+        .send(out.method, &path, headers, out.body, out.timeout)
+        .await
+}
+
+/// The path and headers an outbound message carries: the agent's headers, cleaned and
+/// stamped, with the upstream's own Host.
+pub fn outbound(ex: &Exchange<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
+    let mut headers = to_backend(
+        &ex.parts.headers,
+        &ex.agent.id,
+        ex.session,
+        out.tool.unwrap_or_default(),
+    );
+    if out.tool.is_none() {
+        headers.remove(TOOL);
+    }
+    // The upstream's own Host, set from its URL by the client.
+    headers.remove(header::HOST);
+    if out.split {
+        headers.remove(modern::METHOD);
+        headers.remove(modern::NAME);
+    }
+    if !out.body.is_empty() {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(out.body.len()));
+    }
+    let path = ex
+        .parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/")
+        .to_string();
+    (path, headers)
+}
+
+/// A backend can't set toolgate's headers (or hop-by-hop ones) on the agent's response.
+pub fn clean(headers: &mut HeaderMap) {
+    strip_hop_by_hop(headers);
+    strip_toolgate(headers);
+}
+
+/// The upstream's response, streamed to the agent as it comes.
+pub fn stream_through(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, incoming) = response.into_parts();
+    clean(&mut parts.headers);
+    Response::from_parts(parts, incoming.map_err(Into::into).boxed())
+}
+
+/// GET (the server's event stream) and DELETE (session end). A GET that resumes a broken
+/// stream may replay responses; those are dropped ([`answer::without_responses`]).
+pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
+    let method = ex.parts.method.clone();
+    let request = Outbound {
+        method: method.clone(),
+        tool: None,
+        body: Bytes::new(),
+        split: false,
+        timeout: PASS_TIMEOUT,
+    };
+    let response = send(ex, request)
+        .await
+        .map_err(|f| failure_reject(f, true, PASS_TIMEOUT))?;
+    outcome.decision = Decision::Allow;
+    outcome.upstream_status = Some(response.status().as_u16());
+    if method == Method::DELETE && response.status().is_success() {
+        if let Some(session) = ex.mcp_session() {
+            ex.gate.mcp_sessions.end(session);
+        }
+    }
+    let resumed = ex.parts.headers.contains_key("last-event-id");
+    if method == Method::GET && resumed && response.status().is_success() {
+        let (mut parts, incoming) = response.into_parts();
+        clean(&mut parts.headers);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        let body = answer::without_responses(incoming, ex.gate.limits.max_response_bytes);
+        return Ok(Response::from_parts(parts, body));
+    }
+    Ok(stream_through(response))
+}
+
+/// Forwards one message that passes, streaming its answer back. The session an
+/// `initialize` opens is recorded as this agent's.
+pub async fn pass(
+    ex: &Exchange<'_>,
+    message: &Message,
+    body: Bytes,
+    outcome: &mut Outcome,
+) -> Response<Body> {
+    let request = Outbound {
+        method: Method::POST,
+        tool: None,
+        body,
+        split: false,
+        timeout: PASS_TIMEOUT,
+    };
+    let sent = Instant::now();
+    let response = match send(ex, request).await {
+        Ok(response) => response,
+        Err(failure) => {
+            let refusal =
+                Refusal::error(INTERNAL_ERROR, failure_reject(failure, true, PASS_TIMEOUT));
+            return ex.refuse(outcome, refusal, &message.reply_id());
+        }
+    };
+    tracing::debug!(elapsed = ?sent.elapsed(), method = ?message.method, "mcp message passed");
+    outcome.decision = Decision::Allow;
+    outcome.upstream_status = Some(response.status().as_u16());
+    if message.method.as_deref() == Some("initialize") && response.status().is_success() {
+        let issued = response
+            .headers()
+            .get(MCP_SESSION)
+            .and_then(|v| v.to_str().ok());
+        if let Some(session) = issued {
+            ex.gate.mcp_sessions.bind(session, &ex.agent.id);
+        }
+    }
+    stream_through(response)
+}
+
+/// Forwards one request of a batch and collects its answer (`None` for notifications and
+/// responses, which get none).
+pub async fn collect(
+    ex: &Exchange<'_>,
+    message: &Message,
+    timeout: Duration,
+) -> Result<Value, Refusal> {
+    let id = message.reply_id();
+    let request = Outbound {
+        method: Method::POST,
+        tool: None,
+        body: Bytes::from(message.to_bytes()),
+        split: true,
+        timeout,
+    };
+    let response = send(ex, request)
+        .await
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, failure_reject(f, true, timeout)))?;
+    let status = response.status();
+    if !status.is_success() {
+        return match answer::rpc_error(response, timeout).await {
+            Some((_, bytes)) => Ok(answer::with_id(&bytes, &id)),
+            None => {
+                let reject = status_reject(status)
+                    .unwrap_or_else(|| listing::failure_reject_of(answer::Failure::NotAnAnswer));
+                Err(Refusal::error(INTERNAL_ERROR, reject))
+            }
+        };
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    answer::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
+        .await
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, listing::failure_reject_of(f)))
+}
+
+/// Forwards a notification or response of a batch; nothing answers it.
+pub async fn notify(ex: &Exchange<'_>, message: &Message) {
+    let request = Outbound {
+        method: Method::POST,
+        tool: None,
+        body: Bytes::from(message.to_bytes()),
+        split: true,
+        timeout: PASS_TIMEOUT,
+    };
+    if let Err(failure) = send(ex, request).await {
+        tracing::debug!(?failure, "a batched notification did not reach the backend");
+    }
+}

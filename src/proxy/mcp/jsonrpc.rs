@@ -1,0 +1,231 @@
+//! JSON-RPC 2.0 envelopes as MCP uses them: parse a POST body into one message or a
+//! batch, and classify each message (request, notification, response).
+//!
+//! Parsing is strict about the envelope (`jsonrpc: "2.0"`, an id that is a string or a
+//! number, a string method) and lenient about everything else: params are read only by
+//! the stage that needs them. An invalid element of a batch does not spoil the others;
+//! it is answered on its own with `-32600`.
+
+use serde_json::{Map, Value};
+
+/// Longest batch toolgate answers; each element is governed and forwarded on its own.
+pub const MAX_BATCH: usize = 100;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Request,
+    Notification,
+    /// A result or error the client sends back to a server-initiated request.
+    Response,
+}
+
+/// One well-formed JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub kind: Kind,
+    /// The request or response id; `None` for notifications.
+    pub id: Option<Value>,
+    /// The method of a request or notification.
+    pub method: Option<String>,
+    pub object: Map<String, Value>,
+}
+
+impl Message {
+    pub fn params(&self) -> Option<&Map<String, Value>> {
+        self.object.get("params").and_then(Value::as_object)
+    }
+
+    /// The id to echo in an answer: JSON-RPC uses `null` when there is none.
+    pub fn reply_id(&self) -> Value {
+        self.id.clone().unwrap_or(Value::Null)
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.object).unwrap_or_default()
+    }
+}
+
+/// An element that is JSON but not a JSON-RPC message: answered with `-32600`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalid {
+    /// Its id when one could be read, else `null`.
+    pub id: Value,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Body {
+    Single(Message),
+    Batch(Vec<Result<Message, Invalid>>),
+}
+
+/// Why a whole body was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unreadable {
+    /// Not JSON at all (`-32700`).
+    NotJson(String),
+    /// JSON, but not a message or a usable batch (`-32600`).
+    Invalid(Invalid),
+}
+
+pub fn parse(bytes: &[u8]) -> Result<Body, Unreadable> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| Unreadable::NotJson(format!("the body is not valid JSON: {e}")))?;
+    match value {
+        Value::Array(items) if items.is_empty() => Err(Unreadable::Invalid(Invalid {
+            id: Value::Null,
+            reason: "an empty batch is not a request".into(),
+        })),
+        Value::Array(items) if items.len() > MAX_BATCH => Err(Unreadable::Invalid(Invalid {
+            id: Value::Null,
+            reason: format!("a batch holds at most {MAX_BATCH} messages"),
+        })),
+        Value::Array(items) => Ok(Body::Batch(items.into_iter().map(message).collect())),
+        other => message(other)
+            .map(Body::Single)
+            .map_err(Unreadable::Invalid),
+    }
+}
+
+/// Reads one message out of a JSON value.
+pub fn message(value: Value) -> Result<Message, Invalid> {
+    let Value::Object(object) = value else {
+        return Err(Invalid {
+            id: Value::Null,
+            reason: "a JSON-RPC message must be an object".into(),
+        });
+    };
+    let id = object.get("id").cloned();
+    let invalid = |reason: &str| Invalid {
+        id: id
+            .clone()
+            .filter(|i| i.is_string() || i.is_number())
+            .unwrap_or(Value::Null),
+        reason: reason.to_string(),
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid("jsonrpc must be \"2.0\""));
+    }
+    if let Some(id) = &id {
+        if !(id.is_string() || id.is_number()) {
+            return Err(invalid("id must be a string or a number"));
+        }
+    }
+    if let Some(params) = object.get("params") {
+        if !(params.is_object() || params.is_array()) {
+            return Err(invalid("params must be an object or an array"));
+        }
+    }
+    let kind = match (object.get("method"), &id) {
+        (Some(Value::String(_)), Some(_)) => Kind::Request,
+        (Some(Value::String(_)), None) => Kind::Notification,
+        (Some(_), _) => return Err(invalid("method must be a string")),
+        (None, Some(_)) if object.contains_key("result") != object.contains_key("error") => {
+            Kind::Response
+        }
+        (None, _) => {
+            return Err(invalid(
+                "a message needs a method, or one of result and error",
+            ))
+        }
+    };
+    let method = object
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    Ok(Message {
+        kind,
+        id,
+        method,
+        object,
+    })
+}
+
+/// Whether `value` is a response (a result or an error).
+pub fn is_response(value: &Value) -> bool {
+    value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some())
+}
+
+/// The response to the request with `id` among what answered it.
+///
+/// On the stream or body answering one request, SDK clients take *any* response as that
+/// request's answer, whatever its id: so must toolgate, or a response with a stray id
+/// would reach the agent unchecked. Only in a batch array does the id pick the answer.
+pub fn answer_in(value: Value, id: &Value) -> Option<Value> {
+    let mut found = match value {
+        Value::Array(items) => items
+            .into_iter()
+            .find(|m| is_response(m) && m.get("id") == Some(id)),
+        other => Some(other).filter(is_response),
+    }?;
+    if let Some(object) = found.as_object_mut() {
+        object.insert("id".into(), id.clone());
+    }
+    Some(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mk(value: Value) -> Result<Message, Invalid> {
+        message(value)
+    }
+
+    #[test]
+    fn classifies_requests_notifications_and_responses() {
+        let m = mk(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"})).unwrap();
+        assert_eq!(
+            (m.kind, m.id, m.method.as_deref()),
+            (Kind::Request, Some(json!(7)), Some("tools/list"))
+        );
+        let m = mk(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
+        assert_eq!(m.kind, Kind::Notification);
+        let m = mk(json!({"jsonrpc": "2.0", "id": "s1", "result": {}})).unwrap();
+        assert_eq!(m.kind, Kind::Response);
+    }
+
+    #[test]
+    fn refuses_bad_envelopes_keeping_the_id() {
+        let e = mk(json!({"jsonrpc": "1.0", "id": 3, "method": "ping"})).unwrap_err();
+        assert_eq!(e.id, json!(3));
+        assert!(mk(json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"})).is_err());
+        assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "method": 5})).is_err());
+        assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {}})).is_err());
+        assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "method": "x", "params": 3})).is_err());
+        assert_eq!(mk(json!([1])).unwrap_err().id, Value::Null);
+    }
+
+    #[test]
+    fn parses_bodies_and_batches() {
+        assert!(matches!(parse(b"{nope"), Err(Unreadable::NotJson(_))));
+        assert!(matches!(parse(b"[]"), Err(Unreadable::Invalid(_))));
+        assert!(matches!(parse(b"3"), Err(Unreadable::Invalid(_))));
+        let Ok(Body::Batch(items)) = parse(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5, {"jsonrpc":"2.0","method":"n"}]"#,
+        ) else {
+            panic!("a batch")
+        };
+        assert!(items[0].is_ok() && items[1].is_err() && items[2].is_ok());
+        let big = format!("[{}]", vec!["1"; MAX_BATCH + 1].join(","));
+        assert!(matches!(parse(big.as_bytes()), Err(Unreadable::Invalid(_))));
+    }
+
+    #[test]
+    fn any_response_answers_the_one_request_it_came_for() {
+        let id = json!(4);
+        let stray = json!({"jsonrpc": "2.0", "id": "4", "result": {}});
+        assert_eq!(
+            answer_in(stray, &id).unwrap()["id"],
+            4,
+            "the id is made the request's"
+        );
+        assert!(answer_in(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}), &id).is_none());
+        let batch = json!([{"jsonrpc": "2.0", "id": 3, "result": 1}, {"jsonrpc": "2.0", "id": 4, "result": 2}]);
+        assert_eq!(answer_in(batch, &id).unwrap()["result"], 2);
+        assert!(is_response(
+            &json!({"jsonrpc": "2.0", "id": null, "error": {}})
+        ));
+    }
+}

@@ -1,0 +1,259 @@
+//! MCP over Streamable HTTP on `mcp.path` (DESIGN §3): the dispatch of one HTTP request.
+//!
+//! ```text
+//! identify → POST: read body → parse (message | batch) → session owner → per message:
+//!     tools/call  → govern → forward → shape the result          (call, tool)
+//!     tools/list  → forward → filter to the agent's tools        (list, listing)
+//!     initialize, ping, server/discover, notifications, responses → pass (forward)
+//!     any other method → pass only if the policy's mcpMethods grant it
+//! GET / DELETE → session owner → pass (streamed)
+//! ```
+//!
+//! Every request is authenticated first, `initialize` and GET included. A session is
+//! usable only by the agent it was issued to ([`session`]). Refusals are rendered by
+//! [`reply`] from the same error body REST uses.
+//!
+//! Audit: a single `tools/call` POST is one call and its record is the request's; in a
+//! batch every `tools/call` gets its own record, plus one for the batch. Any other HTTP
+//! request (handshake, listing, streams) leaves one record without a tool.
+
+pub mod answer;
+pub mod batch;
+pub mod call;
+pub mod forward;
+pub mod jsonrpc;
+pub mod list;
+pub mod listing;
+pub mod modern;
+pub mod once;
+pub mod reply;
+pub mod session;
+pub mod sse;
+pub mod tool;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Method, Response};
+use hyper::body::Incoming;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::control::Snapshot;
+use crate::proxy::body::Body;
+use crate::proxy::gate::Gate;
+use crate::proxy::headers::MCP_SESSION;
+use crate::proxy::outcome::Outcome;
+use crate::proxy::pipeline::read_body;
+use crate::proxy::reject::{Code, Reject};
+use crate::proxy::stage::authorize;
+use crate::proxy::stage::identify::{identify, Agent};
+use jsonrpc::{Body as Parsed, Kind, Message, Unreadable};
+use reply::{Refusal, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+
+/// One MCP HTTP request once its caller is known.
+pub struct Exchange<'a> {
+    pub gate: &'a Arc<Gate>,
+    pub parts: &'a Parts,
+    pub agent: &'a Agent,
+    /// The session label (Mcp-Session-Id, else X-Toolgate-Session).
+    pub session: Option<&'a str>,
+    /// One snapshot for the whole request; `None` until policies load.
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// The request speaks protocol 2026-07-28 or later.
+    pub modern: bool,
+    pub trace_id: String,
+}
+
+pub async fn handle(
+    gate: &Arc<Gate>,
+    parts: Parts,
+    body: Incoming,
+    session: Option<String>,
+    outcome: &mut Outcome,
+) -> Result<Response<Body>, Reject> {
+    let modern = modern::is_modern(&parts.headers);
+    let agent = match identify(
+        &gate.identity,
+        &parts.headers,
+        parts.extensions.get::<crate::tls::PeerIdentity>(),
+    ) {
+        Ok(agent) => agent,
+        Err(reject) => {
+            // HTTP 401, with a JSON-RPC error body the SDKs surface (see reply).
+            outcome.code = Some(reject.code);
+            return Ok(Refusal::of_call(reject).response(&Value::Null, outcome.trace_id(), modern));
+        }
+    };
+    outcome.agent = Some(agent.id.to_string());
+    let snapshot = gate.control.snapshot();
+    outcome.policy_version = snapshot.as_ref().map(|s| s.version);
+    let ex = Exchange {
+        gate,
+        parts: &parts,
+        agent: &agent,
+        session: session.as_deref(),
+        snapshot,
+        modern,
+        trace_id: outcome.trace_id().to_string(),
+    };
+    match parts.method {
+        Method::POST => Ok(post(&ex, body, outcome).await),
+        Method::GET | Method::DELETE => {
+            ex.check_session()?;
+            forward::stream(&ex, outcome).await
+        }
+        _ => Err(Reject::new(
+            Code::MalformedRequest,
+            "MCP over HTTP uses POST, GET and DELETE",
+        )
+        .with_status(405)),
+    }
+}
+
+async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Response<Body> {
+    let bytes = match read_body(ex.gate, &ex.parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(reject) => {
+            return ex.refuse(
+                outcome,
+                Refusal::error(INVALID_REQUEST, reject),
+                &Value::Null,
+            )
+        }
+    };
+    let parsed = match jsonrpc::parse(&bytes) {
+        Ok(parsed) => parsed,
+        Err(Unreadable::NotJson(reason)) => {
+            let reject = Reject::new(Code::MalformedRequest, reason);
+            return ex.refuse(outcome, Refusal::error(PARSE_ERROR, reject), &Value::Null);
+        }
+        Err(Unreadable::Invalid(invalid)) => {
+            let reject = Reject::new(Code::MalformedRequest, invalid.reason);
+            return ex.refuse(
+                outcome,
+                Refusal::error(INVALID_REQUEST, reject),
+                &invalid.id,
+            );
+        }
+    };
+    let id = match &parsed {
+        Parsed::Single(message) => message.reply_id(),
+        Parsed::Batch(_) => Value::Null,
+    };
+    if let Err(reject) = ex.check_session() {
+        return ex.refuse(outcome, Refusal::error(INVALID_REQUEST, reject), &id);
+    }
+    match parsed {
+        Parsed::Single(message) => single(ex, message, bytes, outcome).await,
+        Parsed::Batch(items) => batch::answer(ex, items, outcome).await,
+    }
+}
+
+async fn single(
+    ex: &Exchange<'_>,
+    message: Message,
+    bytes: Bytes,
+    outcome: &mut Outcome,
+) -> Response<Body> {
+    let id = message.reply_id();
+    if let Err(refusal) = modern::check_headers(&ex.parts.headers, &message, ex.modern) {
+        return ex.refuse(outcome, refusal, &id);
+    }
+    match route(&message) {
+        Route::Call => tool::single(ex, message, bytes, outcome).await,
+        Route::List => listing::single(ex, &message, bytes, outcome).await,
+        Route::Pass => forward::pass(ex, &message, bytes, outcome).await,
+        Route::Guarded => match ex.method_permit(message.method.as_deref().unwrap_or_default()) {
+            Ok(()) => forward::pass(ex, &message, bytes, outcome).await,
+            Err(refusal) => ex.refuse(outcome, refusal, &id),
+        },
+    }
+}
+
+/// What toolgate does with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Call,
+    List,
+    Pass,
+    /// A method the policy must grant (`mcpMethods`).
+    Guarded,
+}
+
+pub fn route(message: &Message) -> Route {
+    if message.kind != Kind::Request {
+        return Route::Pass;
+    }
+    match message.method.as_deref().unwrap_or_default() {
+        "tools/call" => Route::Call,
+        "tools/list" => Route::List,
+        "initialize" | "ping" | "server/discover" => Route::Pass,
+        _ => Route::Guarded,
+    }
+}
+
+impl Exchange<'_> {
+    pub fn trace_id(&self) -> &str {
+        &self.trace_id
+    }
+
+    /// The `Mcp-Session-Id` the agent named, if any.
+    pub fn mcp_session(&self) -> Option<&str> {
+        self.parts
+            .headers
+            .get(MCP_SESSION)
+            .and_then(|v| v.to_str().ok())
+    }
+
+    /// A named session must have been issued to this agent.
+    pub fn check_session(&self) -> Result<(), Reject> {
+        match self.mcp_session() {
+            Some(session) => self.gate.mcp_sessions.check(session, &self.agent.id),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the agent's policy grants an MCP method beyond tools.
+    pub fn method_permit(&self, method: &str) -> Result<(), Refusal> {
+        let Some(snapshot) = &self.snapshot else {
+            let reject = Reject::new(Code::NotReady, "no policy is loaded yet");
+            return Err(Refusal::error(INTERNAL_ERROR, reject));
+        };
+        let policy = authorize::policy(snapshot, &self.agent.id)
+            .map_err(|r| Refusal::error(METHOD_NOT_FOUND, r))?;
+        if policy.allows_method(method) {
+            return Ok(());
+        }
+        let reject = Reject::new(
+            Code::ToolNotAllowed,
+            format!(
+                "agent {} may not use {method}: {} does not list it in spec.mcpMethods",
+                self.agent.id, policy.object
+            ),
+        );
+        Err(Refusal::error(METHOD_NOT_FOUND, reject))
+    }
+
+    /// Answers a single message with a refusal, and notes it in the request's outcome.
+    pub fn refuse(&self, outcome: &mut Outcome, refusal: Refusal, id: &Value) -> Response<Body> {
+        outcome.code = Some(refusal.reject.code);
+        outcome.rule = refusal.reject.rule.clone();
+        // The decision stays as the gate made it: `deny` unless the call was let through
+        // (a backend failure after that keeps its `allow`, as for REST).
+        refusal.response(id, self.trace_id(), self.modern)
+    }
+
+    /// A fresh outcome for one call of a batch.
+    pub fn element_outcome(&self) -> Outcome {
+        // Each call of a batch is a call of its own: its own server span.
+        let mut outcome = Outcome::new(
+            self.gate.tracing.start_call(&self.parts.headers),
+            Instant::now(),
+        );
+        outcome.agent = Some(self.agent.id.to_string());
+        outcome.session = self.session.map(str::to_string);
+        outcome.policy_version = self.snapshot.as_ref().map(|s| s.version);
+        outcome
+    }
+}

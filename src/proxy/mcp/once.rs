@@ -1,0 +1,188 @@
+//! At most once for MCP tools that are not idempotent (`idempotent: false`, the default
+//! for MCP-served tools): the call joins [`limits::once`], the first one is sent detached
+//! and its JSON-RPC answer buffered, and every duplicate gets that answer under its own
+//! request id, marked `X-Toolgate-Replayed: true`.
+//!
+//! A buffered answer is the unshaped JSON-RPC response (SSE collected to its one
+//! response); shaping runs per delivery, so a policy reload between two duplicates is
+//! honoured.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::answer::{self, Failure};
+use super::call::{shape_answer, Permit};
+use super::reply::Refusal;
+use super::Exchange;
+use crate::control::contract::Contract;
+use crate::limits::dedupe::{Buffered, Ran, Settled};
+use crate::limits::{once, Call};
+use crate::proxy::outcome::Outcome;
+use crate::proxy::reject::{Code, Reject};
+use crate::proxy::stage::session;
+use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
+use crate::telemetry::spans::ClientSpan;
+
+/// The outbound request of a call, owned so it can run detached.
+pub struct Outbound {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The leader's JSON-RPC id: the upstream answers to it.
+    pub id: Value,
+    pub span: ClientSpan,
+}
+
+/// Runs the call once (or joins the run in flight); returns the shared outcome.
+pub async fn run(
+    ex: &Exchange<'_>,
+    call: &Call<'_>,
+    permit: &Permit<'_>,
+    outbound: Outbound,
+    outcome: &mut Outcome,
+) -> Result<Arc<Settled>, Refusal> {
+    let contract = permit.contract;
+    let upstream = ex.gate.upstream.clone();
+    let metrics = ex.gate.metrics.clone();
+    let tool = contract.tool.clone();
+    // Detached: bounded by the dedupe window, so a duplicate can still get the answer
+    // after the first request stopped waiting.
+    let window = contract.dedupe_window.max(contract.timeout);
+    let max = ex.gate.limits.max_response_bytes;
+    let send = async move {
+        let started = std::time::Instant::now();
+        let Outbound {
+            path,
+            headers,
+            body,
+            id,
+            span,
+        } = outbound;
+        let settled = collect(upstream, path, headers, body, id, window, max).await;
+        metrics.record_upstream(&tool, started.elapsed());
+        span.end(match &settled {
+            Settled::Answered(answer) => Some(answer.status.as_u16()),
+            Settled::Failed { .. } => None,
+        });
+        settled
+    };
+    let policy = permit.policy;
+    let ledger = &ex.gate.ledger;
+    let delivered = {
+        let admit = || session::admit(ledger, call, policy, outcome);
+        once::run(
+            ledger.dedupe(),
+            call,
+            contract.dedupe_window,
+            contract.timeout,
+            admit,
+            send,
+        )
+        .await
+    }
+    .map_err(Refusal::of_call)?;
+    outcome.replayed = delivered.replayed;
+    Ok(delivered.settled)
+}
+
+/// The JSON-RPC answer for request `id`, shaped, from a shared outcome; the HTTP status
+/// rides along for JSON-RPC errors an upstream sent with a 4xx.
+pub fn answer(
+    settled: &Settled,
+    contract: &Contract,
+    id: &Value,
+) -> Result<(StatusCode, Value), Refusal> {
+    match settled {
+        Settled::Failed { reject, .. } => Err(Refusal::of_call(reject.clone())),
+        Settled::Answered(buffered) if !buffered.status.is_success() => {
+            Ok((buffered.status, answer::with_id(&buffered.body, id)))
+        }
+        Settled::Answered(buffered) => {
+            let message = answer::with_id(&buffered.body, id);
+            let shaped = shape_answer(contract, message).map_err(Refusal::of_call)?;
+            Ok((StatusCode::OK, shaped))
+        }
+    }
+}
+
+async fn collect(
+    upstream: Upstream,
+    path: String,
+    headers: HeaderMap,
+    body: Bytes,
+    id: Value,
+    window: Duration,
+    max: usize,
+) -> Settled {
+    let deadline = tokio::time::Instant::now() + window;
+    let response = match upstream
+        .send(Method::POST, &path, headers, body, window)
+        .await
+    {
+        Ok(response) => response,
+        Err(failure) => {
+            let ran = if failure == SendFailure::Unavailable {
+                Ran::No
+            } else {
+                Ran::Maybe
+            };
+            return Settled::Failed {
+                reject: failure_reject(failure, false, window),
+                ran,
+            };
+        }
+    };
+    let status = response.status();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // Refused before it ran: a retry may run it.
+        let reject = status_reject(status)
+            .unwrap_or_else(|| Reject::new(Code::BackendUnavailable, "unavailable"));
+        return Settled::Failed {
+            reject,
+            ran: Ran::No,
+        };
+    }
+    if !status.is_success() {
+        // A JSON-RPC error an upstream sends with a 4xx passes; any other failure becomes
+        // the contract's refusal, its body unread.
+        return match answer::rpc_error(response, window).await {
+            Some((status, bytes)) => Settled::Answered(Buffered {
+                status,
+                headers: HeaderMap::new(),
+                body: bytes,
+            }),
+            None => Settled::Failed {
+                reject: status_reject(status).unwrap_or_else(|| {
+                    Reject::new(Code::BackendError, "the backend did not answer the call")
+                }),
+                ran: Ran::Yes,
+            },
+        };
+    }
+    match answer::collect(response, &id, max, deadline).await {
+        Ok(message) => Settled::Answered(Buffered {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::from(serde_json::to_vec(&message).unwrap_or_default()),
+        }),
+        Err(failure) => {
+            let (reject, ran) = match failure {
+                Failure::TimedOut => (failure_reject(SendFailure::TimedOut, false, window), Ran::Maybe),
+                Failure::Broken => (
+                    Reject::new(Code::BackendUnavailable, "the backend connection broke before the tool's result arrived; the call may have run")
+                        .with_retryable(false),
+                    Ran::Maybe,
+                ),
+                Failure::TooLarge(n) => (Reject::new(Code::OutputContractViolation, format!("the tool's result is larger than {n} bytes")), Ran::Yes),
+                Failure::NotAnAnswer => (
+                    Reject::new(Code::OutputContractViolation, "the backend's answer is not a JSON-RPC response to the call"),
+                    Ran::Yes,
+                ),
+            };
+            Settled::Failed { reject, ran }
+        }
+    }
+}

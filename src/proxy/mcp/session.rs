@@ -1,0 +1,90 @@
+//! MCP sessions belong to the agent that opened them: the session key is agent id +
+//! `Mcp-Session-Id`.
+//!
+//! When an `initialize` response passes with an `Mcp-Session-Id`, the id is recorded as
+//! issued to the agent that sent the `initialize`. A request naming a session is
+//! forwarded only when the session was issued to the same agent; a session issued to
+//! another agent, or unknown to this sidecar (expired here, or issued before a restart),
+//! is answered `404`, which MCP clients read as "session ended, initialize again" — and
+//! which doesn't tell an agent whether another agent's session exists.
+//!
+//! Memory is bounded whatever the number of agents: at most [`CAPACITY`] sessions, each
+//! forgotten after [`IDLE`] without use or when the agent ends it with DELETE.
+
+use moka::sync::Cache;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::proxy::reject::{Code, Reject};
+
+pub const CAPACITY: u64 = 100_000;
+pub const IDLE: Duration = Duration::from_secs(12 * 3600);
+
+pub struct Sessions {
+    owners: Cache<String, Arc<str>>,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions::new(CAPACITY, IDLE)
+    }
+}
+
+impl Sessions {
+    pub fn new(capacity: u64, idle: Duration) -> Sessions {
+        Sessions {
+            owners: Cache::builder()
+                .max_capacity(capacity)
+                .time_to_idle(idle)
+                .build(),
+        }
+    }
+
+    /// Records that the upstream issued `session` to `agent`.
+    pub fn bind(&self, session: &str, agent: &Arc<str>) {
+        self.owners.insert(session.to_string(), agent.clone());
+    }
+
+    /// Whether `agent` may use `session`; a refusal is the `404` of an ended session.
+    pub fn check(&self, session: &str, agent: &str) -> Result<(), Reject> {
+        match self.owners.get(session) {
+            Some(owner) if &*owner == agent => Ok(()),
+            owner => {
+                if owner.is_some() {
+                    tracing::warn!(agent = %agent, "an agent presented a session issued to another agent");
+                }
+                Err(Reject::new(
+                    Code::MalformedRequest,
+                    "this session is not known to this agent: start a new one with initialize",
+                )
+                .with_status(404))
+            }
+        }
+    }
+
+    /// Forgets a session its agent ended.
+    pub fn end(&self, session: &str) {
+        self.owners.invalidate(session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_serves_only_its_agent() {
+        let sessions = Sessions::default();
+        let ops: Arc<str> = Arc::from("ops-bot");
+        sessions.bind("s1", &ops);
+        assert!(sessions.check("s1", "ops-bot").is_ok());
+        let e = sessions.check("s1", "other-bot").unwrap_err();
+        assert_eq!((e.code, e.status()), (Code::MalformedRequest, 404));
+        assert!(
+            sessions.check("s2", "ops-bot").is_err(),
+            "unknown sessions are refused"
+        );
+        sessions.end("s1");
+        assert!(sessions.check("s1", "ops-bot").is_err());
+    }
+}
