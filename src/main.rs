@@ -36,6 +36,12 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Print the CustomResourceDefinitions (the bytes of crds/*.yaml), or write them.
+    Crds {
+        /// Write one file per definition into this folder instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Audit log tools.
     Audit {
         #[command(subcommand)]
@@ -55,6 +61,7 @@ fn main() -> ExitCode {
         Command::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
         Command::Demo => runtime().and_then(|rt| rt.block_on(demo::run())),
         Command::Check { paths } => Ok(check(&paths)),
+        Command::Crds { out } => crds(out.as_deref()),
         Command::Audit {
             command: AuditCommand::Verify { file },
         } => verify(&file),
@@ -119,6 +126,20 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         println!("{} errors", report.errors.len());
         ExitCode::from(1)
     }
+}
+
+fn crds(out: Option<&Path>) -> anyhow::Result<ExitCode> {
+    for (file, yaml) in toolgate::crd::definition::render() {
+        match out {
+            Some(dir) => {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => print!("{yaml}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn verify(file: &Path) -> anyhow::Result<ExitCode> {

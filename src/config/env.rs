@@ -28,6 +28,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("policies.kubernetes.enabled", Kind::Bool),
     ("policies.kubernetes.namespace", Kind::Str),
     ("policies.kubernetes.podLabelsFile", Kind::Str),
+    ("policies.kubernetes.kubeconfig", Kind::Str),
     ("identity.tokens", Kind::Str),
     ("identity.jwt", Kind::Yaml),
     ("identity.taskIssuers", Kind::Yaml),
@@ -187,6 +188,7 @@ mod tests {
         });
         s.identity.tokens = Some("t".into());
         s.telemetry.otlp_endpoint = Some("e".into());
+        s.policies.kubernetes.kubeconfig = Some("k".into());
         let tree = serde_json::to_value(&s).unwrap();
         let mut leaves = Vec::new();
         collect_leaves(&tree, String::new(), &mut leaves);

@@ -37,6 +37,15 @@ impl Policy {
             return Err(("spec.agents".into(), "must name at least one agent".into()));
         }
         check_rate("spec.rateLimit", spec.rate_limit.as_ref())?;
+        // The CRD schema says `minimum: 1` for these; files must agree with the cluster.
+        if let Some(session) = &spec.session {
+            if session.max_calls == Some(0) {
+                return Err(("spec.session.maxCalls".into(), "must be positive".into()));
+            }
+            if session.max_repeats == Some(0) {
+                return Err(("spec.session.maxRepeats".into(), "must be positive".into()));
+            }
+        }
         let mut grants = HashMap::new();
         for (i, tool) in spec.tools.iter().enumerate() {
             let at = format!("spec.tools[{i}]");
