@@ -180,15 +180,23 @@ mod tests {
     /// Every leaf of a fully populated settings tree has a variable.
     #[test]
     fn every_key_has_a_variable() {
-        let mut s = Settings::default();
-        s.tls = Some(super::super::Tls {
-            cert: "c".into(),
-            key: "k".into(),
-            client_ca: Some("ca".into()),
-        });
-        s.identity.tokens = Some("t".into());
-        s.telemetry.otlp_endpoint = Some("e".into());
-        s.policies.kubernetes.kubeconfig = Some("k".into());
+        let defaults = Settings::default();
+        let s = Settings {
+            tls: Some(super::super::Tls {
+                cert: "c".into(),
+                key: "k".into(),
+                client_ca: Some("ca".into()),
+            }),
+            identity: super::super::Identity {
+                tokens: Some("t".into()),
+                ..defaults.identity.clone()
+            },
+            telemetry: super::super::Telemetry {
+                otlp_endpoint: Some("e".into()),
+                ..defaults.telemetry.clone()
+            },
+            ..defaults
+        };
         let tree = serde_json::to_value(&s).unwrap();
         let mut leaves = Vec::new();
         collect_leaves(&tree, String::new(), &mut leaves);

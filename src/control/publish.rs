@@ -43,7 +43,7 @@ pub enum Strictness {
 /// A change to one source.
 pub enum Update {
     Replace(Vec<Object>),
-    Apply(Object),
+    Apply(Box<Object>),
     Delete(ObjectKey),
 }
 
@@ -89,7 +89,7 @@ impl Control {
         let mut index = state.index.clone();
         match update {
             Update::Replace(objects) => index.replace(source, objects),
-            Update::Apply(object) => index.apply(source, object),
+            Update::Apply(object) => index.apply(source, *object),
             Update::Delete(key) => index.delete(source, &key),
         }
         let version = self.versions.load(Ordering::Relaxed) + 1;

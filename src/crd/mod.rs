@@ -34,14 +34,10 @@ pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
     shortname = "tc",
     category = "toolgate",
     doc = "A tool the backend serves, and the contract every call of it must meet.",
-    printcolumn(name = "Tool", type_ = "string", json_path = ".spec.tool"),
-    printcolumn(name = "Method", type_ = "string", json_path = ".spec.http.method"),
-    printcolumn(name = "Path", type_ = "string", json_path = ".spec.http.path"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name": "Tool", "type": "string", "jsonPath": ".spec.tool"}"#,
+    printcolumn = r#"{"name": "Method", "type": "string", "jsonPath": ".spec.http.method"}"#,
+    printcolumn = r#"{"name": "Path", "type": "string", "jsonPath": ".spec.http.path"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolContractSpec {
@@ -127,14 +123,10 @@ impl LabelSelector {
     shortname = "ap",
     category = "toolgate",
     doc = "What a set of agents may call, and under which limits and rules.",
-    printcolumn(name = "Agents", type_ = "string", json_path = ".spec.agents"),
-    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
-    printcolumn(name = "Enabled", type_ = "boolean", json_path = ".spec.enabled"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    )
+    printcolumn = r#"{"name": "Agents", "type": "string", "jsonPath": ".spec.agents"}"#,
+    printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#,
+    printcolumn = r#"{"name": "Enabled", "type": "boolean", "jsonPath": ".spec.enabled"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentPolicySpec {

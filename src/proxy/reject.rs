@@ -266,6 +266,28 @@ impl Reject {
     }
 }
 
+/// Renders a refusal as the REST response of DESIGN §4 (the MCP rendering lives in
+/// `proxy::mcp::reply`, built from the same [`Reject::body`]).
+pub fn into_response(reject: &Reject, trace_id: &str) -> http::Response<crate::proxy::body::Body> {
+    let body = serde_json::to_vec(&reject.body(trace_id)).unwrap_or_default();
+    let mut response = http::Response::new(crate::proxy::body::full(body));
+    *response.status_mut() =
+        http::StatusCode::from_u16(reject.status()).unwrap_or(http::StatusCode::BAD_REQUEST);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    if let Some(ms) = reject.retry_after_ms {
+        // Retry-After is whole seconds; round up so an agent never retries too early.
+        headers.insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from(ms.div_ceil(1000).max(1)),
+        );
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,26 +332,4 @@ mod tests {
         let r = Reject::new(Code::PolicyDenied, "no").with_recovery(Recovery::AskUser);
         assert_eq!(r.body("t")["error"]["recovery"], "ask_user");
     }
-}
-
-/// Renders a refusal as the REST response of DESIGN §4 (the MCP rendering lives in
-/// `proxy::mcp::reply`, built from the same [`Reject::body`]).
-pub fn into_response(reject: &Reject, trace_id: &str) -> http::Response<crate::proxy::body::Body> {
-    let body = serde_json::to_vec(&reject.body(trace_id)).unwrap_or_default();
-    let mut response = http::Response::new(crate::proxy::body::full(body));
-    *response.status_mut() =
-        http::StatusCode::from_u16(reject.status()).unwrap_or(http::StatusCode::BAD_REQUEST);
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    if let Some(ms) = reject.retry_after_ms {
-        // Retry-After is whole seconds; round up so an agent never retries too early.
-        headers.insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from(ms.div_ceil(1000).max(1)),
-        );
-    }
-    response
 }

@@ -1,6 +1,8 @@
 //! Shared test harness: a real HTTP backend, a real sidecar on loopback, a real client.
 #![allow(dead_code)]
 
+pub mod fake_apiserver; // kube (issue 6)
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -273,10 +275,12 @@ impl Harness {
             ),
         )
         .unwrap();
-        let mut settings = Settings::default();
-        settings.listen = "127.0.0.1:0".parse().unwrap();
-        settings.admin = "127.0.0.1:0".parse().unwrap();
-        settings.upstream = format!("http://{upstream}");
+        let mut settings = Settings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            admin: "127.0.0.1:0".parse().unwrap(),
+            upstream: format!("http://{upstream}"),
+            ..Settings::default()
+        };
         settings.policies.files = vec![policy_dir];
         settings.identity.tokens = Some(tokens);
         settings.audit.path = dir.path().join("audit.log").to_string_lossy().into_owned();

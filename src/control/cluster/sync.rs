@@ -95,7 +95,7 @@ impl Sync {
                 let key = key(kind, &object);
                 let converted = convert(kind, &object);
                 let update = match &converted {
-                    Ok(object) => Update::Apply(object.clone()),
+                    Ok(object) => Update::Apply(Box::new(object.clone())),
                     Err(_) => Update::Delete(key.clone()),
                 };
                 state
