@@ -21,8 +21,18 @@ use super::Kind;
 use crate::control::{Control, Strictness, Update};
 use crate::crd::{ManifestError, Object, ObjectKey};
 
-/// What one watcher produced: an event, or why it stopped.
-pub type Item = Result<Event<DynamicObject>, String>;
+/// What one watcher produced: an event, or why its events stopped.
+pub type Item = Result<Event<DynamicObject>, Lost>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lost {
+    /// `410 Gone`: the resume point is older than the API server's history; the watcher
+    /// relists at once.
+    Expired,
+    /// Anything else (API server unreachable, stream cut, server error): the watcher
+    /// starts over after a backoff.
+    Failed(String),
+}
 
 type Mirror = BTreeMap<ObjectKey, Result<Object, ManifestError>>;
 
@@ -58,10 +68,18 @@ impl Sync {
     pub fn handle(&mut self, kind: Kind, item: Item) {
         let state = self.kinds.entry(kind).or_default();
         match item {
-            Err(error) => {
+            Err(lost) => {
                 state.lost = true;
                 state.buffer = None;
-                tracing::warn!(kind = kind.name(), %error, "lost the policy watch; the last good snapshot keeps serving");
+                match lost {
+                    Lost::Expired => tracing::info!(
+                        kind = kind.name(),
+                        "policy watch expired (410 Gone); relisting"
+                    ),
+                    Lost::Failed(error) => {
+                        tracing::warn!(kind = kind.name(), %error, "lost the policy watch; the last good snapshot keeps serving")
+                    }
+                }
             }
             Ok(Event::Init) => state.buffer = Some(Vec::new()),
             Ok(Event::InitApply(object)) => state.buffer.get_or_insert_with(Vec::new).push(object),

@@ -134,7 +134,10 @@ fn a_lost_watch_keeps_serving_unsynchronized_until_relisted() {
     );
     list(&mut sync, Kind::AgentPolicy, vec![]);
     let version = control.snapshot().unwrap().version;
-    sync.handle(Kind::ToolContract, Err("connection refused".into()));
+    sync.handle(
+        Kind::ToolContract,
+        Err(Lost::Failed("connection refused".into())),
+    );
     assert_eq!(metrics.policy_synchronized.get(), 0);
     assert_eq!(control.snapshot().unwrap().version, version);
     // The other kind's events still apply, and do not claim the policy is synchronized.
