@@ -38,9 +38,10 @@ impl Sidecar {
             sources.push(files::SOURCE);
         }
         // --- kube (issue 6): the cluster source, one index source per watched kind ---
-        let cluster = match settings.policies.kubernetes.enabled {
-            true => Some(Cluster::connect(&settings.policies.kubernetes).await?),
-            false => None,
+        let cluster = if settings.policies.kubernetes.enabled {
+            Some(Cluster::connect(&settings.policies.kubernetes).await?)
+        } else {
+            None
         };
         if cluster.is_some() {
             sources.extend(cluster::Kind::ALL.map(cluster::Kind::source));
@@ -48,7 +49,7 @@ impl Sidecar {
         // --- end kube ---
         anyhow::ensure!(
             !sources.is_empty(),
-            "no policy source: set policies.files or enable policies.kubernetes"
+            "no policy source: set policies.files (or enable policies.kubernetes)"
         );
         let options = BuildOptions {
             allow_shadow: settings.policies.allow_shadow,

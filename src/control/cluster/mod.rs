@@ -108,3 +108,23 @@ impl Cluster {
         tokio::join!(contracts, policies, apply);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In a pod the API server is https: the TLS stack must resolve one crypto provider
+    /// (`ring`) by itself, or every sidecar would panic at start.
+    #[tokio::test]
+    async fn an_https_client_builds() {
+        let config = Config::new("https://10.96.0.1:443".parse().unwrap());
+        assert!(Client::try_from(config).is_ok());
+    }
+
+    #[test]
+    fn kinds_know_their_resources() {
+        assert_eq!(Kind::AgentPolicy.api_resource().plural, "agentpolicies");
+        assert_eq!(Kind::ToolContract.api_resource().plural, "toolcontracts");
+        assert_eq!(Kind::ALL.map(Kind::name), ["ToolContract", "AgentPolicy"]);
+    }
+}
