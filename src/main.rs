@@ -129,6 +129,9 @@ fn check(paths: &[PathBuf]) -> ExitCode {
 }
 
 fn crds(out: Option<&Path>) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     for (file, yaml) in toolgate::crd::definition::render() {
         match out {
             Some(dir) => {
