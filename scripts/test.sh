@@ -20,6 +20,12 @@ if ! "$tools/venv/bin/python" -c 'import mcp' 2>/dev/null; then
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check 'mcp>=2.3,<3'
 fi
 
+# kube (issue 6): validates crds/ and deploy/ against Kubernetes' own schemas (tests/crds.rs)
+if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
+  log "installing kubernetes-validate"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate>=1.30'
+fi
+
 # --- Node: the reference MCP server ------------------------------------------------------
 everything=$tools/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 if [ ! -f "$everything" ] && command -v npm >/dev/null; then
@@ -29,6 +35,7 @@ fi
 
 export TOOLGATE_TEST_PYTHON=$tools/venv/bin/python
 export TOOLGATE_TEST_EVERYTHING=$everything
+export TOOLGATE_TEST_KUBERNETES_VALIDATE=$tools/venv/bin/kubernetes-validate
 export PATH=$tools/bin:$PATH
 
 log "cargo test"

@@ -38,6 +38,12 @@ enum Command {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Print the CustomResourceDefinitions (the bytes of crds/*.yaml), or write them.
+    Crds {
+        /// Write one file per definition into this folder instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Audit log tools.
     Audit {
         #[command(subcommand)]
@@ -59,6 +65,7 @@ fn main() -> ExitCode {
             runtime().and_then(|rt| rt.block_on(demo(otlp_endpoint)))
         }
         Command::Check { paths } => Ok(check(&paths)),
+        Command::Crds { out } => crds(out.as_deref()),
         Command::Audit {
             command: AuditCommand::Verify { file },
         } => verify(&file),
@@ -130,6 +137,23 @@ fn check(paths: &[PathBuf]) -> ExitCode {
         println!("{} errors", report.errors.len());
         ExitCode::from(1)
     }
+}
+
+fn crds(out: Option<&Path>) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for (file, yaml) in toolgate::crd::definition::render() {
+        match out {
+            Some(dir) => {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            None => print!("{yaml}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn verify(file: &Path) -> anyhow::Result<ExitCode> {

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 use crate::admin::Admin;
 use crate::audit::AuditLog;
 use crate::config::Settings;
+use crate::control::cluster::{self, Cluster};
 use crate::control::{files, BuildOptions, Control};
 use crate::identity::jwt::AgentJwt;
 use crate::identity::task::TaskTokens;
@@ -47,13 +48,23 @@ impl Sidecar {
         if !settings.policies.files.is_empty() {
             sources.push(files::SOURCE);
         }
+        // --- kube (issue 6): the cluster source, one index source per watched kind ---
+        let cluster = if settings.policies.kubernetes.enabled {
+            Some(Cluster::connect(&settings.policies.kubernetes).await?)
+        } else {
+            None
+        };
+        if cluster.is_some() {
+            sources.extend(cluster::Kind::ALL.map(cluster::Kind::source));
+        }
+        // --- end kube ---
         anyhow::ensure!(
             !sources.is_empty(),
             "no policy source: set policies.files (or enable policies.kubernetes)"
         );
         let options = BuildOptions {
             allow_shadow: settings.policies.allow_shadow,
-            pod_labels: None,
+            pod_labels: cluster.as_ref().map(|c| c.pod_labels.clone()),
         };
         let control = Arc::new(Control::new(&sources, options, metrics.clone()));
         let mut background = Vec::new();
@@ -62,6 +73,9 @@ impl Sidecar {
                 settings.policies.files.clone(),
                 control.clone(),
             )));
+        }
+        if let Some(cluster) = cluster {
+            background.push(tokio::spawn(cluster.run(control.clone())));
         }
         let identity = load_identity(&settings, &mut background)?;
         let tls = match &settings.tls {

@@ -28,6 +28,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("policies.kubernetes.enabled", Kind::Bool),
     ("policies.kubernetes.namespace", Kind::Str),
     ("policies.kubernetes.podLabelsFile", Kind::Str),
+    ("policies.kubernetes.kubeconfig", Kind::Str),
     ("identity.tokens", Kind::Str),
     ("identity.jwt", Kind::Yaml),
     ("identity.taskIssuers", Kind::Yaml),
@@ -73,7 +74,9 @@ pub fn var_name(path: &str) -> String {
 }
 
 /// Applies every `TOOLGATE_*` variable to the settings tree. An unknown `TOOLGATE_*`
-/// variable is an error: a misspelt override must not be silently ignored.
+/// variable is logged, not fatal: Kubernetes injects `TOOLGATE_PORT`,
+/// `TOOLGATE_SERVICE_HOST`, … into every pod of a namespace with a Service named
+/// `toolgate`, and the sidecar must still start there. A bad *value* is an error.
 pub fn apply(
     tree: &mut Value,
     vars: impl IntoIterator<Item = (String, String)>,
@@ -83,7 +86,8 @@ pub fn apply(
             continue;
         }
         let Some((path, kind)) = KEYS.iter().find(|(path, _)| var_name(path) == name) else {
-            return Err((name, "unknown setting variable".into()));
+            tracing::warn!(variable = %name, "ignoring a TOOLGATE_* variable that names no setting");
+            continue;
         };
         let value = convert(&raw, *kind).map_err(|message| (name.clone(), message))?;
         set(tree, path, value).map_err(|message| (name.clone(), message))?;
@@ -177,9 +181,16 @@ mod tests {
     }
 
     #[test]
-    fn misspelt_variable_is_an_error() {
-        let err = Settings::parse("t", "", vars(&[("TOOLGATE_LIMTS_MAX", "1")])).unwrap_err();
-        assert!(err.to_string().contains("TOOLGATE_LIMTS_MAX"));
+    fn unknown_variables_are_ignored_but_bad_values_are_errors() {
+        // What Kubernetes service links inject next to a Service named `toolgate`.
+        let injected = vars(&[
+            ("TOOLGATE_PORT", "tcp://10.0.0.1:15100"),
+            ("TOOLGATE_SERVICE_HOST", "10.0.0.1"),
+        ]);
+        assert!(Settings::parse("t", "", injected).is_ok());
+        let err =
+            Settings::parse("t", "", vars(&[("TOOLGATE_LIMITS_MAX_HEADERS", "many")])).unwrap_err();
+        assert!(err.to_string().contains("TOOLGATE_LIMITS_MAX_HEADERS"));
     }
 
     /// Every leaf of a fully populated settings tree has a variable.

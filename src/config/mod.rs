@@ -82,6 +82,8 @@ pub struct Kubernetes {
     pub enabled: bool,
     pub namespace: String,
     pub pod_labels_file: PathBuf,
+    /// A kubeconfig to reach the API server with; unset: the pod's service account.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for Kubernetes {
@@ -90,6 +92,7 @@ impl Default for Kubernetes {
             enabled: false,
             namespace: "default".into(),
             pod_labels_file: PathBuf::from("/etc/podinfo/labels"),
+            kubeconfig: None,
         }
     }
 }

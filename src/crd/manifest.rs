@@ -115,6 +115,17 @@ pub fn parse_documents(origin: &str, text: &str) -> (Vec<Object>, Vec<ManifestEr
     (objects, errors)
 }
 
+/// Parses one object already read into a YAML value: the cluster source's entry point, so
+/// an object from the API server goes through exactly the checks a file's object does.
+pub fn parse_value(origin: &str, value: Yaml) -> Result<Object, ManifestError> {
+    parse_object(origin, value).map_err(|(object, field, message)| ManifestError {
+        origin: origin.to_string(),
+        object,
+        field,
+        message,
+    })
+}
+
 type Located = (Option<String>, Option<String>, String);
 
 fn parse_object(origin: &str, value: Yaml) -> Result<Object, Located> {

@@ -1,6 +1,8 @@
 //! Shared test harness: a real HTTP backend, a real sidecar on loopback, a real client.
 #![allow(dead_code)]
 
+pub mod fake_apiserver; // kube (issue 6)
+
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
