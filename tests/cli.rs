@@ -18,7 +18,7 @@ fn check_accepts_the_examples() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("ok: 5 objects in 2 files"), "{text}");
+    assert!(text.contains("ok: 6 objects in 2 files"), "{text}");
 }
 
 #[test]
@@ -183,6 +183,12 @@ fn demo_prints_every_scenario_and_exits_zero() {
         "UNKNOWN_TOOL",
         "TOOL_NOT_ALLOWED",
         "BACKEND_ERROR",
+        "OUT_OF_TASK_SCOPE",
+        "POLICY_DENIED",
+        "UNAUTHENTICATED",
+        "replayed, not run again",
+        "LOOP_DETECTED",
+        "RATE_LIMITED",
         "hash chain intact",
     ] {
         assert!(text.contains(expected), "missing {expected} in\n{text}");

@@ -142,6 +142,36 @@ const STEPS: &[Step] = &[
         "/issues",
         r#"{"project_key":"OPS","title":"disk full"}"#,
     ),
+    step(
+        "same write again (a retry)",
+        "create_issue",
+        "POST",
+        "/issues",
+        r#"{"project_key":"OPS","title":"disk full"}"#,
+    ),
+    step("status check", "get_status", "GET", "/status/orders", ""),
+    step(
+        "same check again",
+        "get_status",
+        "GET",
+        "/status/orders",
+        "",
+    ),
+    step("and again", "get_status", "GET", "/status/orders", ""),
+    step(
+        "a fourth time: a loop",
+        "get_status",
+        "GET",
+        "/status/orders",
+        "",
+    ),
+    step(
+        "past the rate limit",
+        "get_status",
+        "GET",
+        "/status/payments",
+        "",
+    ),
 ];
 
 /// One printed row.
@@ -258,12 +288,20 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
             header("x-toolgate-code"),
             response.status().as_u16(),
         );
+        let replayed = header("x-toolgate-replayed") == "true";
         let body = response.into_body().collect().await?.to_bytes();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         let told = match json["error"]["message"].as_str() {
             Some(message) => format!(
                 "{message} [{}]",
                 json["error"]["recovery"].as_str().unwrap_or("")
+            ),
+            None if replayed => format!(
+                "(replayed, not run again) {}",
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(60)
+                    .collect::<String>()
             ),
             None => String::from_utf8_lossy(&body).chars().take(80).collect(),
         };
