@@ -333,3 +333,54 @@ async fn h2c_prior_knowledge_is_served() {
     assert_eq!(backend.last().headers["x-toolgate-agent"], "ops-bot");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn captured_arguments_are_audited_with_redaction() {
+    let capture = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: create-issue}
+spec:
+  tool: create_issue
+  http: {method: POST, path: /issues}
+  captureArguments: true
+  redact: [/reporter_email]
+  input:
+    type: object
+    properties:
+      title: {type: string}
+      reporter_email: {type: string}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: create_issue}]
+"#;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: capture.into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    let body = r#"{"title": "disk full", "reporter_email": "ana@example.com"}"#;
+    assert_eq!(
+        h.call("POST", "/issues", Some(OPS_TOKEN), &[], body)
+            .await
+            .status,
+        201
+    );
+    let dir = h.stop_keeping_files().await;
+    let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        record["args"],
+        json!({"title": "disk full", "reporter_email": "[REDACTED]"})
+    );
+    assert!(!text.contains("ana@example.com"));
+    assert_eq!(toolgate::audit::verify::verify(&text), Ok(1));
+}
