@@ -384,3 +384,47 @@ spec:
     assert!(!text.contains("ana@example.com"));
     assert_eq!(toolgate::audit::verify::verify(&text), Ok(1));
 }
+
+#[tokio::test]
+async fn an_audit_log_that_fills_up_refuses_the_calls_after() {
+    // /dev/full opens fine and fails every write with ENOSPC: a disk that fills mid-run.
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(|s| s.audit.path = "/dev/full".into()),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+            .await
+            .status,
+        200
+    );
+    let mut refused = None;
+    for _ in 0..50 {
+        let r = h
+            .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+            .await;
+        if r.status == 503 {
+            refused = Some(r);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    refused
+        .expect("calls keep running unrecorded")
+        .assert_refused("AUDIT_UNAVAILABLE", 503);
+    let ran = backend.count();
+    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await
+        .assert_refused("AUDIT_UNAVAILABLE", 503);
+    assert_eq!(
+        backend.count(),
+        ran,
+        "no call runs while the audit log can't be written"
+    );
+    h.stop().await;
+}

@@ -2,7 +2,7 @@
 //! blocking pool, one batch at a time.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -111,27 +111,20 @@ enum Sink {
 }
 
 impl Sink {
-    /// The chain position to continue from: the last record of an existing file.
+    /// The chain position to continue from: the last record of an existing regular file,
+    /// read from its tail (a log can be large; a device such as /dev/full never ends).
     fn resume(&mut self) -> (u64, String) {
         let Sink::File { path, .. } = self else {
             return (0, GENESIS.into());
         };
-        let Ok(file) = File::open(path) else {
-            return (0, GENESIS.into());
-        };
-        let mut last = None;
-        for line in BufReader::new(file).lines().map_while(Result::ok) {
-            if !line.trim().is_empty() {
-                last = Some(line);
-            }
-        }
-        #[derive(serde::Deserialize)]
-        struct Tail {
-            seq: u64,
-            hash: String,
-        }
-        match last.and_then(|l| serde_json::from_str::<Tail>(&l).ok()) {
-            Some(tail) => (tail.seq, tail.hash),
+        match last_line(path) {
+            Some(line) => match serde_json::from_str::<Tail>(&line) {
+                Ok(tail) => (tail.seq, tail.hash),
+                Err(_) => {
+                    tracing::warn!(path = %path.display(), "the audit log's last line is not a record; starting a new chain after it");
+                    (0, GENESIS.into())
+                }
+            },
             None => (0, GENESIS.into()),
         }
     }
@@ -165,6 +158,33 @@ impl Sink {
             }
         }
     }
+}
+
+#[derive(serde::Deserialize)]
+struct Tail {
+    seq: u64,
+    hash: String,
+}
+
+/// Longest record a log's tail is searched for.
+const MAX_TAIL: u64 = 1 << 20;
+
+/// The last non-empty line of a regular file, reading at most its last [`MAX_TAIL`] bytes.
+fn last_line(path: &std::path::Path) -> Option<String> {
+    let mut file = File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let start = meta.len().saturating_sub(MAX_TAIL);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut tail = Vec::new();
+    file.take(MAX_TAIL).read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(str::to_string)
 }
 
 async fn run(

@@ -40,3 +40,41 @@ pub fn authorize<'s>(policy: &'s Policy, agent: &str, tool: &str) -> Result<Perm
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{BuildOptions, Snapshot};
+    use crate::crd::parse_documents;
+
+    fn mk_snapshot(enabled: bool) -> Snapshot {
+        let text = format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: a}}\nspec: {{tool: a}}\n---\n\
+             apiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: b}}\nspec: {{tool: b}}\n---\n\
+             apiVersion: toolgate.dev/v1alpha1\nkind: AgentPolicy\nmetadata: {{name: p}}\nspec: {{agents: [bot], enabled: {enabled}, tools: [{{name: a}}]}}\n"
+        );
+        Snapshot::build(&parse_documents("t", &text).0, &BuildOptions::default(), 1).0
+    }
+
+    #[test]
+    fn granted_tools_only() {
+        let s = mk_snapshot(true);
+        let p = policy(&s, "bot").unwrap();
+        assert!(authorize(p, "bot", "a").is_ok());
+        assert_eq!(
+            authorize(p, "bot", "b").unwrap_err().code,
+            Code::ToolNotAllowed
+        );
+    }
+
+    #[test]
+    fn ungoverned_and_disabled_agents() {
+        let s = mk_snapshot(true);
+        assert_eq!(
+            policy(&s, "stranger").unwrap_err().code,
+            Code::ToolNotAllowed
+        );
+        let s = mk_snapshot(false);
+        assert_eq!(policy(&s, "bot").unwrap_err().code, Code::AgentDisabled);
+    }
+}

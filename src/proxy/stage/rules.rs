@@ -58,3 +58,87 @@ pub fn check(grant: &Grant, bindings: &Bindings) -> Result<(), Reject> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::rule::{Bindings, CompiledRule};
+    use crate::crd::Rule;
+    use serde_json::json;
+
+    fn mk_grant(rules: &[(&str, &str, Option<&str>, Option<Recovery>)]) -> Grant {
+        Grant {
+            rate_limit: None,
+            rules: rules
+                .iter()
+                .map(|(name, expr, message, recovery)| {
+                    CompiledRule::compile(&Rule {
+                        name: name.to_string(),
+                        expr: expr.to_string(),
+                        message: message.map(str::to_string),
+                        recovery: *recovery,
+                    })
+                    .unwrap()
+                })
+                .collect(),
+        }
+    }
+
+    fn mk_bindings(args: serde_json::Value, task: Option<serde_json::Value>) -> Bindings {
+        let (agent, session, request) = (
+            json!({"id": "bot", "claims": {}}),
+            json!({"id": null, "calls": 0}),
+            json!({}),
+        );
+        Bindings::new(&args, &agent, task.as_ref(), &session, &request).unwrap()
+    }
+
+    #[test]
+    fn the_first_false_rule_decides_with_its_message_and_recovery() {
+        let grant = mk_grant(&[
+            (
+                "small",
+                "args.n < 10",
+                Some("keep it small"),
+                Some(Recovery::FixArguments),
+            ),
+            ("even", "args.n % 2 == 0", None, None),
+        ]);
+        assert!(check(&grant, &mk_bindings(json!({"n": 4}), None)).is_ok());
+        let r = check(&grant, &mk_bindings(json!({"n": 40}), None)).unwrap_err();
+        assert_eq!(
+            (r.code, r.rule.as_deref(), r.message.as_str()),
+            (Code::PolicyDenied, Some("small"), "keep it small")
+        );
+        assert_eq!(r.recovery(), Recovery::FixArguments);
+        let r = check(&grant, &mk_bindings(json!({"n": 3}), None)).unwrap_err();
+        assert_eq!(
+            (r.rule.as_deref(), r.recovery()),
+            (Some("even"), Recovery::Stop)
+        );
+    }
+
+    #[test]
+    fn task_rules_ask_the_user() {
+        let grant = mk_grant(&[("in-task", "args.n <= task.n", None, Some(Recovery::Stop))]);
+        let r = check(&grant, &mk_bindings(json!({"n": 4}), None)).unwrap_err();
+        assert_eq!(
+            (r.code, r.recovery()),
+            (Code::OutOfTaskScope, Recovery::AskUser)
+        );
+        let r = check(&grant, &mk_bindings(json!({"n": 4}), Some(json!({"n": 1})))).unwrap_err();
+        assert_eq!(
+            (r.code, r.recovery()),
+            (Code::OutOfTaskScope, Recovery::AskUser)
+        );
+        assert!(check(&grant, &mk_bindings(json!({"n": 1}), Some(json!({"n": 1})))).is_ok());
+    }
+
+    #[test]
+    fn an_evaluation_error_denies_without_leaking_it() {
+        let grant = mk_grant(&[("typed", "args.n > 1", None, None)]);
+        let r = check(&grant, &mk_bindings(json!({"n": "x"}), None)).unwrap_err();
+        assert_eq!(r.code, Code::PolicyDenied);
+        assert!(!r.message.contains("x\""), "{}", r.message);
+    }
+}
