@@ -8,11 +8,14 @@
 //! - OTLP/HTTP protobuf on `--otlp-http` (default `127.0.0.1:4318`, `POST /v1/traces`);
 //! - the UI and `/api/traces?service=X&limit=N` on `--ui` (default `127.0.0.1:16686`).
 //!
+//! Spans get the `span.kind` and `error` tags a real Jaeger derives (see `receiver`).
 //! A trace is listed once its root span has arrived (a span whose parent was never
 //! exported keeps its trace hidden; open it by id at `/api/traces/{traceId}`). Nothing is
 //! persisted: restarting the viewer forgets every trace.
 
 #![forbid(unsafe_code)]
+
+mod receiver;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -23,9 +26,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
 use otlp_embedded::proto::collector::trace::v1::ExportTraceServiceRequest;
-use otlp_embedded::TraceServiceServer;
-use otlp_embedded::{ui_app, Config, State, StateRef, TraceService, TraceServiceImpl};
+use otlp_embedded::{ui_app, Config, State, StateRef, TraceService, TraceServiceServer};
 use prost::Message as _;
+
+use receiver::Receiver;
 
 const USAGE: &str = "\
 toolgate-jaeger: an in-memory OTLP receiver with the Jaeger UI (development only)
@@ -102,7 +106,7 @@ async fn export_http(Extension(state): Extension<StateRef>, body: Bytes) -> Resp
             return (StatusCode::BAD_REQUEST, msg).into_response();
         }
     };
-    match TraceServiceImpl::new(state)
+    match Receiver::new(state)
         .export(tonic::Request::new(request))
         .await
     {
@@ -165,7 +169,7 @@ async fn serve(options: Options) -> Result<(), String> {
     let ui_server = axum::serve(ui, ui_app(state.clone(), "/"));
     let http_server = axum::serve(otlp_http, otlp_http_app(state.clone()));
     let grpc_server = tonic::transport::Server::builder()
-        .add_service(TraceServiceServer::new(TraceServiceImpl::new(state)))
+        .add_service(TraceServiceServer::new(Receiver::new(state)))
         .serve_with_incoming(tonic::transport::server::TcpIncoming::from(otlp));
 
     tokio::select! {
