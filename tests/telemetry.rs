@@ -239,3 +239,40 @@ async fn metrics_parse_as_prometheus_text_without_agent_labels() {
     );
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_failure_marks_the_server_span_as_an_error() {
+    let (collector, endpoint, _server) = Collector::grpc().await;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.call("GET", "/reports/7", Some(OPS_TOKEN), &[], "")
+        .await
+        .assert_refused("BACKEND_ERROR", 502);
+    assert_eq!(
+        h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+            .await
+            .status,
+        200
+    );
+    let failed = collector
+        .wait_for(|s| s.name == "execute_tool get_report")
+        .await;
+    assert_eq!(attr(&failed, "toolgate.decision").as_deref(), Some("allow"));
+    assert_eq!(
+        failed.status.as_ref().map(|s| s.code),
+        Some(2),
+        "STATUS_CODE_ERROR"
+    );
+    let fine = collector
+        .wait_for(|s| s.name == "execute_tool read_logs")
+        .await;
+    assert_ne!(fine.status.as_ref().map(|s| s.code), Some(2));
+    h.stop().await;
+}

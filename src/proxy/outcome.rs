@@ -144,8 +144,20 @@ impl Outcome {
                 vec![KeyValue::new("toolgate.code", code.as_str())],
             );
         }
-        self.span
-            .end(self.span_attributes(), self.decision == Decision::Deny);
+        // An error span: refused, or allowed but failed by the backend. A shadow-deny that
+        // ran fine is no error: the call did what it was asked.
+        let failed = self.decision == Decision::Deny
+            || self.code.is_some_and(|c| {
+                matches!(
+                    c,
+                    Code::BackendTimeout
+                        | Code::BackendUnavailable
+                        | Code::BackendError
+                        | Code::BackendRejected
+                        | Code::OutputContractViolation
+                )
+            });
+        self.span.end(self.span_attributes(), failed);
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,

@@ -177,12 +177,12 @@ impl CallSpan {
     }
 
     /// Sets the final attributes and ends the span.
-    pub fn end(&self, attributes: Vec<KeyValue>, refused: bool) {
+    pub fn end(&self, attributes: Vec<KeyValue>, failed: bool) {
         if let Some(cx) = &self.cx {
             let span = cx.span();
             span.set_attributes(attributes);
-            if refused {
-                span.set_status(Status::error("refused"));
+            if failed {
+                span.set_status(Status::error("refused or failed"));
             }
             span.end();
         }
