@@ -122,7 +122,8 @@ fn every_golden_has_its_review() {
 #[test]
 fn an_injected_pod_is_never_injected_again() {
     for (folder, reviews) in suites() {
-        let settings = InjectSettings::load(Some(&folder.join("settings.yaml")), Vec::new()).unwrap();
+        let settings =
+            InjectSettings::load(Some(&folder.join("settings.yaml")), Vec::new()).unwrap();
         for path in reviews {
             let mut review: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
             let patch = patch_of(&serde_json::to_vec(&review).unwrap(), &settings);
