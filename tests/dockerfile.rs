@@ -167,7 +167,7 @@ fn the_builder_gets_every_embedded_file() {
     assert!(!folders.is_empty());
     for folder in folders {
         assert!(
-            copied.iter().any(|c| *c == folder),
+            copied.contains(&folder),
             "src/ embeds files from {folder}/, which the builder does not COPY"
         );
         assert!(
