@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::kube_tools::{self, helm};
+use common::kube_tools::{self, helm_command};
 use common::pod_security::{restricted_violations, toolgate_container_violations};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -78,7 +78,7 @@ fn values_file(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn template(values: Option<&Path>) -> Result<String, String> {
-    let mut command = Command::new(helm());
+    let mut command = helm_command();
     command.args(["template", "toolgate"]).arg(chart()).args([
         "--namespace",
         NAMESPACE,
@@ -112,7 +112,7 @@ fn the_chart_lints_strictly() {
     let dir = tempfile::tempdir().unwrap();
     let custom = values_file(dir.path(), "custom.yaml", CUSTOM);
     for values in [None, Some(&custom)] {
-        let mut command = Command::new(helm());
+        let mut command = helm_command();
         command
             .args(["lint", "--strict", "--namespace", NAMESPACE])
             .arg(chart());
@@ -448,7 +448,7 @@ fn the_notes_tell_how_to_annotate_and_write_a_policy() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: |\n{{ tpl (.Files.Get \"notes.txt\") . | indent 4 }}\n",
     )
     .unwrap();
-    let rendered = run(Command::new(helm())
+    let rendered = run(helm_command()
         .args(["template", "toolgate"])
         .arg(&copy)
         .args([

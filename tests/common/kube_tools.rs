@@ -30,6 +30,21 @@ pub fn helm() -> PathBuf {
     )
 }
 
+/// `helm` with its config, cache and data folders in a scratch folder, so the tests
+/// neither read nor write the user's Helm setup.
+pub fn helm_command() -> Command {
+    let home = std::env::temp_dir().join("toolgate-test-helm");
+    let mut command = Command::new(helm());
+    for (var, sub) in [
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        command.env(var, home.join(sub));
+    }
+    command
+}
+
 pub fn kubernetes_validate() -> PathBuf {
     tool(
         "TOOLGATE_TEST_KUBERNETES_VALIDATE",
