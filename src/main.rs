@@ -44,6 +44,12 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The mutating admission webhook that injects the sidecar (HTTPS).
+    Inject {
+        /// The injector's settings file; without it, defaults and TOOLGATE_INJECT_* variables.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Audit log tools.
     Audit {
         #[command(subcommand)]
@@ -66,6 +72,7 @@ fn main() -> ExitCode {
         }
         Command::Check { paths } => Ok(check(&paths)),
         Command::Crds { out } => crds(out.as_deref()),
+        Command::Inject { config } => runtime().and_then(|rt| rt.block_on(inject(config))),
         Command::Audit {
             command: AuditCommand::Verify { file },
         } => verify(&file),
@@ -108,6 +115,21 @@ async fn run(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     sidecar.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
+
+// --- inject (issue 8) ---
+async fn inject(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    init_logs("info");
+    let settings =
+        toolgate::inject::settings::InjectSettings::load(config.as_deref(), std::env::vars())?;
+    let injector = toolgate::inject::server::Injector::start(settings).await?;
+    shutdown_signal()
+        .await
+        .context("installing signal handlers")?;
+    tracing::info!("shutdown requested; draining");
+    injector.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+// --- end inject ---
 
 async fn demo(otlp_endpoint: Option<String>) -> anyhow::Result<ExitCode> {
     // Keep the table readable: only the sidecar's warnings and errors.

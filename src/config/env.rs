@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub enum Kind {
     Str,
     Bool,
     Num,
@@ -60,7 +60,12 @@ const NOT_KEYS: &[&str] = &["TOOLGATE_LOG", "TOOLGATE_CONFIG"];
 
 /// The variable name of a settings path.
 pub fn var_name(path: &str) -> String {
-    let mut name = String::from("TOOLGATE");
+    prefixed_name("TOOLGATE", path)
+}
+
+/// The variable name of a settings path under another prefix (`TOOLGATE_INJECT`).
+pub fn prefixed_name(prefix: &str, path: &str) -> String {
+    let mut name = String::from(prefix);
     for segment in path.split('.') {
         name.push('_');
         for c in segment.chars() {
@@ -81,11 +86,29 @@ pub fn apply(
     tree: &mut Value,
     vars: impl IntoIterator<Item = (String, String)>,
 ) -> Result<(), (String, String)> {
+    apply_table(tree, vars, "TOOLGATE", KEYS, NOT_KEYS)
+}
+
+/// [`apply`] for any settings file: `keys` are its paths, `prefix` its variables' prefix
+/// (the injector's settings use `TOOLGATE_INJECT`), `not_keys` variables to leave alone.
+pub fn apply_table(
+    tree: &mut Value,
+    vars: impl IntoIterator<Item = (String, String)>,
+    prefix: &str,
+    keys: &[(&str, Kind)],
+    not_keys: &[&str],
+) -> Result<(), (String, String)> {
     for (name, raw) in vars {
-        if !name.starts_with("TOOLGATE_") || NOT_KEYS.contains(&name.as_str()) {
+        let ours = name
+            .strip_prefix(prefix)
+            .is_some_and(|r| r.starts_with('_'));
+        if !ours || not_keys.contains(&name.as_str()) {
             continue;
         }
-        let Some((path, kind)) = KEYS.iter().find(|(path, _)| var_name(path) == name) else {
+        let Some((path, kind)) = keys
+            .iter()
+            .find(|(path, _)| prefixed_name(prefix, path) == name)
+        else {
             tracing::warn!(variable = %name, "ignoring a TOOLGATE_* variable that names no setting");
             continue;
         };

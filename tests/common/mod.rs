@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod fake_apiserver; // kube (issue 6)
+pub mod kube_tools; // inject (issue 8)
+pub mod pod_security; // inject (issue 8)
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};

@@ -1,0 +1,281 @@
+use super::*;
+use serde_json::json;
+
+fn settings() -> SidecarSettings {
+    SidecarSettings::default()
+}
+
+fn mk_pod(annotations: Value, spec: Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "orders-1", "namespace": "shop", "labels": {"app": "orders"}, "annotations": annotations},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn app(ports: Value) -> Value {
+    json!({"containers": [{"name": "app", "image": "orders:1", "ports": ports}]})
+}
+
+fn opted_in() -> Value {
+    json!({"toolgate.dev/inject": "true"})
+}
+
+fn injected(pod: &Pod, settings: &SidecarSettings) -> (Patch, Value) {
+    let Decision::Inject(patch) = patch(pod, settings) else {
+        panic!("expected a patch, got {:?}", patch(pod, settings));
+    };
+    let mut doc = serde_json::to_value(pod).unwrap();
+    json_patch::patch(&mut doc, &patch).unwrap();
+    (patch, doc)
+}
+
+fn refusal(pod: &Pod) -> String {
+    match patch(pod, &settings()) {
+        Decision::Refuse(reason) => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+fn paths(patch: &Patch) -> Vec<String> {
+    patch.iter().map(|op| op.path().to_string()).collect()
+}
+
+fn env_of(doc: &Value) -> serde_json::Map<String, Value> {
+    doc["spec"]["initContainers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let value = e
+                .get("value")
+                .cloned()
+                .unwrap_or_else(|| e["valueFrom"].clone());
+            (e["name"].as_str().unwrap().to_string(), value)
+        })
+        .collect()
+}
+
+#[test]
+fn only_true_injects() {
+    let spec = app(json!([{"containerPort": 8080}]));
+    for annotations in [
+        json!(null),
+        json!({}),
+        json!({"toolgate.dev/inject": "false"}),
+    ] {
+        assert_eq!(
+            patch(&mk_pod(annotations, spec.clone()), &settings()),
+            Decision::Skip { warning: None }
+        );
+    }
+    let Decision::Skip { warning: Some(w) } = patch(
+        &mk_pod(json!({"toolgate.dev/inject": "True"}), spec),
+        &settings(),
+    ) else {
+        panic!("a typo must warn");
+    };
+    assert!(w.contains("\"True\""), "{w}");
+}
+
+#[test]
+fn absent_arrays_are_added_whole_and_present_ones_extended() {
+    let bare = mk_pod(opted_in(), app(json!([{"containerPort": 8080}])));
+    let (p, doc) = injected(&bare, &settings());
+    assert_eq!(
+        paths(&p),
+        [
+            "/spec/initContainers",
+            "/spec/volumes",
+            "/metadata/annotations/toolgate.dev~1injected"
+        ]
+    );
+    assert_eq!(doc["spec"]["initContainers"][0]["name"], "toolgate");
+    assert_eq!(
+        doc["metadata"]["annotations"]["toolgate.dev/injected"],
+        "toolgate:0.1.0"
+    );
+
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["initContainers"] = json!([{"name": "migrate", "image": "orders:1"}]);
+    spec["volumes"] = json!([{"name": "data", "emptyDir": {}}]);
+    let (p, doc) = injected(&mk_pod(opted_in(), spec), &settings());
+    assert_eq!(
+        paths(&p),
+        [
+            "/spec/initContainers/0",
+            "/spec/volumes/-",
+            "/spec/volumes/-",
+            "/metadata/annotations/toolgate.dev~1injected"
+        ]
+    );
+    let init: Vec<_> = doc["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(init, ["toolgate", "migrate"], "the sidecar goes first");
+    let volumes: Vec<_> = doc["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].clone())
+        .collect();
+    assert_eq!(volumes, ["data", "toolgate-podinfo", "toolgate-token"]);
+}
+
+#[test]
+fn injecting_twice_changes_nothing() {
+    let pod = mk_pod(opted_in(), app(json!([{"containerPort": 8080}])));
+    let (_, doc) = injected(&pod, &settings());
+    let again: Pod = serde_json::from_value(doc).unwrap();
+    assert_eq!(patch(&again, &settings()), Decision::Skip { warning: None });
+    // A hand-written toolgate container counts too, as a regular container.
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "toolgate", "image": "toolgate:0.0.9"}));
+    assert_eq!(
+        patch(&mk_pod(opted_in(), spec), &settings()),
+        Decision::Skip { warning: None }
+    );
+}
+
+#[test]
+fn the_sidecar_is_native_restricted_and_probed_on_the_admin_port() {
+    let (_, doc) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &settings(),
+    );
+    let c = &doc["spec"]["initContainers"][0];
+    assert_eq!(c["restartPolicy"], "Always");
+    assert_eq!(c["args"], json!(["run"]));
+    assert_eq!(
+        c["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "privileged": false,
+               "readOnlyRootFilesystem": true, "runAsGroup": 65532, "runAsNonRoot": true,
+               "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"],
+        json!({"path": "/readyz", "port": 15101})
+    );
+    assert_eq!(
+        c["livenessProbe"]["httpGet"],
+        json!({"path": "/healthz", "port": 15101})
+    );
+    let ports: Vec<_> = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].clone())
+        .collect();
+    assert_eq!(ports, [15100, 15101]);
+    assert_eq!(
+        c["resources"],
+        json!({"limits": {"memory": "128Mi"}, "requests": {"cpu": "20m", "memory": "32Mi"}})
+    );
+}
+
+#[test]
+fn cluster_policies_use_the_pods_namespace_token_and_labels() {
+    let (_, doc) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &settings(),
+    );
+    let env = env_of(&doc);
+    assert_eq!(env["TOOLGATE_UPSTREAM"], "http://127.0.0.1:8080");
+    assert_eq!(env["TOOLGATE_POLICIES_FILES"], "");
+    assert_eq!(env["TOOLGATE_POLICIES_KUBERNETES_ENABLED"], "true");
+    assert_eq!(
+        env["TOOLGATE_POLICIES_KUBERNETES_NAMESPACE"],
+        json!({"fieldRef": {"fieldPath": "metadata.namespace"}})
+    );
+    assert_eq!(
+        env["TOOLGATE_POLICIES_KUBERNETES_POD_LABELS_FILE"],
+        "/etc/podinfo/labels"
+    );
+    assert_eq!(env["TOOLGATE_TELEMETRY_SERVICE_NAME"], "orders");
+    let mounts = &doc["spec"]["initContainers"][0]["volumeMounts"];
+    assert_eq!(mounts[0]["mountPath"], "/etc/podinfo");
+    assert_eq!(
+        mounts[1]["mountPath"],
+        "/var/run/secrets/kubernetes.io/serviceaccount"
+    );
+    let token = &doc["spec"]["volumes"][1]["projected"]["sources"][0]["serviceAccountToken"];
+    assert_eq!(token["path"], "token");
+}
+
+#[test]
+fn a_policies_config_map_replaces_the_cluster_source() {
+    let settings = SidecarSettings {
+        policies_config_map: Some("agent-policies".into()),
+        env: [(
+            "TOOLGATE_TELEMETRY_OTLP_ENDPOINT".to_string(),
+            "http://jaeger:4317".to_string(),
+        )]
+        .into(),
+        ..settings()
+    };
+    let (_, doc) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &settings,
+    );
+    let env = env_of(&doc);
+    assert_eq!(env["TOOLGATE_POLICIES_FILES"], "/etc/toolgate/policies");
+    assert_eq!(env["TOOLGATE_POLICIES_KUBERNETES_ENABLED"], "false");
+    assert!(!env.contains_key("TOOLGATE_POLICIES_KUBERNETES_NAMESPACE"));
+    assert_eq!(
+        env["TOOLGATE_TELEMETRY_OTLP_ENDPOINT"],
+        "http://jaeger:4317"
+    );
+    assert_eq!(
+        doc["spec"]["volumes"],
+        json!([{"name": "toolgate-policies", "configMap": {"name": "agent-policies"}}]),
+        "no API token without the cluster source"
+    );
+}
+
+#[test]
+fn the_upstream_port_comes_from_the_annotation_or_the_first_tcp_port() {
+    let upstream = |annotations: Value, ports: Value| {
+        let (_, doc) = injected(&mk_pod(annotations, app(ports)), &settings());
+        env_of(&doc)["TOOLGATE_UPSTREAM"].clone()
+    };
+    let annotated = json!({"toolgate.dev/inject": "true", "toolgate.dev/upstream-port": "9090"});
+    assert_eq!(
+        upstream(annotated, json!([{"containerPort": 8080}])),
+        "http://127.0.0.1:9090"
+    );
+    let ports = json!([{"containerPort": 53, "protocol": "UDP"}, {"containerPort": 8081, "protocol": "TCP"}]);
+    assert_eq!(upstream(opted_in(), ports), "http://127.0.0.1:8081");
+}
+
+#[test]
+fn pods_that_cannot_get_a_working_sidecar_are_refused_with_the_fix() {
+    let no_port = refusal(&mk_pod(opted_in(), app(json!(null))));
+    assert!(no_port.contains("toolgate.dev/upstream-port"), "{no_port}");
+    for bad in ["http", "0", "70000", "-1"] {
+        let annotations = json!({"toolgate.dev/inject": "true", "toolgate.dev/upstream-port": bad});
+        let reason = refusal(&mk_pod(annotations, app(json!([{"containerPort": 8080}]))));
+        assert!(reason.contains("not a port number"), "{bad}: {reason}");
+    }
+    let annotations = json!({"toolgate.dev/inject": "true", "toolgate.dev/upstream-port": "15100"});
+    assert!(refusal(&mk_pod(annotations, app(json!([{"containerPort": 8080}])))).contains("15100"));
+    let taken = refusal(&mk_pod(
+        opted_in(),
+        app(json!([{"containerPort": 8080}, {"containerPort": 15101}])),
+    ));
+    assert!(taken.contains("15101"), "{taken}");
+    let named = refusal(&mk_pod(
+        opted_in(),
+        app(json!([{"containerPort": 8080, "name": "toolgate"}])),
+    ));
+    assert!(named.contains("\"toolgate\""), "{named}");
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["volumes"] = json!([{"name": "toolgate-token", "emptyDir": {}}]);
+    assert!(refusal(&mk_pod(opted_in(), spec)).contains("toolgate-token"));
+}

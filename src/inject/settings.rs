@@ -1,0 +1,267 @@
+//! The injector's settings file (DESIGN §5): where it listens, its TLS files, and what
+//! sidecar it adds.
+//!
+//! Like the sidecar's settings: camelCase keys, unknown keys rejected with their path,
+//! and every key overridable by a variable named after its path under `TOOLGATE_INJECT`
+//! (`sidecar.image` → `TOOLGATE_INJECT_SIDECAR_IMAGE`). Everything a pod's admission
+//! depends on is checked here, at start, so a typo fails the injector's rollout instead
+//! of every pod it would have patched.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::sidecar::RESERVED_ENV;
+use crate::config::env::{self, Kind};
+use crate::config::SettingsError;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct InjectSettings {
+    pub listen: SocketAddr,
+    pub tls: WebhookTls,
+    pub sidecar: SidecarSettings,
+}
+
+/// The webhook's serving certificate and key (PEM), re-read when they change so a
+/// rotated Secret needs no restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SidecarSettings {
+    pub image: String,
+    pub resources: Resources,
+    /// A ConfigMap in the pod's namespace whose files are the policies; unset, the
+    /// sidecar watches the cluster's `ToolContract`/`AgentPolicy` objects instead.
+    pub policies_config_map: Option<String>,
+    /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
+    /// top of what the injector sets per pod. An extension of DESIGN §5.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Resource requests and limits: resource name → Kubernetes quantity.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Resources {
+    #[serde(deserialize_with = "quantities")]
+    pub requests: BTreeMap<String, String>,
+    #[serde(deserialize_with = "quantities")]
+    pub limits: BTreeMap<String, String>,
+}
+
+impl Default for InjectSettings {
+    fn default() -> Self {
+        InjectSettings {
+            listen: SocketAddr::from(([0, 0, 0, 0], super::WEBHOOK_PORT)),
+            tls: WebhookTls::default(),
+            sidecar: SidecarSettings::default(),
+        }
+    }
+}
+
+impl Default for WebhookTls {
+    fn default() -> Self {
+        WebhookTls {
+            cert: PathBuf::from("/etc/toolgate/webhook/tls.crt"),
+            key: PathBuf::from("/etc/toolgate/webhook/tls.key"),
+        }
+    }
+}
+
+impl Default for SidecarSettings {
+    fn default() -> Self {
+        let quantities = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        SidecarSettings {
+            image: format!("toolgate:{}", env!("CARGO_PKG_VERSION")),
+            resources: Resources {
+                requests: quantities(&[("cpu", "20m"), ("memory", "32Mi")]),
+                limits: quantities(&[("memory", "128Mi")]),
+            },
+            policies_config_map: None,
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+/// YAML reads `cpu: 1` as a number; Kubernetes quantities are strings either way.
+fn quantities<'de, D>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Quantity {
+        Text(String),
+        Number(serde_json::Number),
+    }
+    let map = BTreeMap::<String, Quantity>::deserialize(deserializer)?;
+    Ok(map
+        .into_iter()
+        .map(|(name, q)| {
+            let text = match q {
+                Quantity::Text(t) => t,
+                Quantity::Number(n) => n.to_string(),
+            };
+            (name, text)
+        })
+        .collect())
+}
+
+const KEYS: &[(&str, Kind)] = &[
+    ("listen", Kind::Str),
+    ("tls.cert", Kind::Str),
+    ("tls.key", Kind::Str),
+    ("sidecar.image", Kind::Str),
+    ("sidecar.resources", Kind::Yaml),
+    ("sidecar.policiesConfigMap", Kind::Str),
+    ("sidecar.env", Kind::Yaml),
+];
+
+pub const ENV_PREFIX: &str = "TOOLGATE_INJECT";
+
+impl InjectSettings {
+    /// Reads `file` (when given), applies `TOOLGATE_INJECT_*` variables, and checks the
+    /// values a pod spec would carry.
+    pub fn load(
+        file: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<InjectSettings, SettingsError> {
+        let (origin, text) = match file {
+            Some(path) => (
+                path.display().to_string(),
+                std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?,
+            ),
+            None => ("defaults".to_string(), String::new()),
+        };
+        InjectSettings::parse(&origin, &text, vars)
+    }
+
+    pub fn parse(
+        origin: &str,
+        text: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<InjectSettings, SettingsError> {
+        let invalid = |field: String, message: String| SettingsError::Invalid {
+            origin: origin.to_string(),
+            field,
+            message,
+        };
+        let mut tree: serde_json::Value = if text.trim().is_empty() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            serde_yaml::from_str(text).map_err(|e| invalid("(document)".into(), e.to_string()))?
+        };
+        env::apply_table(&mut tree, vars, ENV_PREFIX, KEYS, &[])
+            .map_err(|(field, message)| invalid(field, message))?;
+        let settings: InjectSettings = serde_path_to_error::deserialize(tree)
+            .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))?;
+        settings
+            .sidecar
+            .check()
+            .map_err(|(field, message)| invalid(field, message))?;
+        Ok(settings)
+    }
+}
+
+impl SidecarSettings {
+    /// `Err((field, message))` for a value the API server would refuse in every pod.
+    fn check(&self) -> Result<(), (String, String)> {
+        if self.image.trim().is_empty() || self.image.contains(char::is_whitespace) {
+            return Err(("sidecar.image".into(), "must be an image reference".into()));
+        }
+        for (kind, map) in [
+            ("requests", &self.resources.requests),
+            ("limits", &self.resources.limits),
+        ] {
+            for (name, quantity) in map {
+                if !is_quantity(quantity) {
+                    return Err((
+                        format!("sidecar.resources.{kind}.{name}"),
+                        format!("{quantity:?} is not a Kubernetes quantity (e.g. 20m, 64Mi, 1)"),
+                    ));
+                }
+            }
+        }
+        if let Some(name) = &self.policies_config_map {
+            if !is_dns_subdomain(name) {
+                return Err((
+                    "sidecar.policiesConfigMap".into(),
+                    format!(
+                        "{name:?} is not a ConfigMap name (lowercase letters, digits, '-', '.')"
+                    ),
+                ));
+            }
+        }
+        for name in self.env.keys() {
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                return Err((format!("sidecar.env.{name}"), "not a variable name".into()));
+            }
+            if RESERVED_ENV.contains(&name.as_str()) {
+                return Err((
+                    format!("sidecar.env.{name}"),
+                    "the injector sets this variable per pod; remove it here".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A Kubernetes resource quantity: a decimal number, then an SI or binary suffix or an
+/// exponent (`100m`, `1.5`, `64Mi`, `1e3`).
+pub fn is_quantity(text: &str) -> bool {
+    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
+    let digits_end = unsigned
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(digits_end);
+    let number_ok = !number.is_empty()
+        && number != "."
+        && number.matches('.').count() <= 1
+        && number.chars().any(|c| c.is_ascii_digit());
+    let exponent_ok = |rest: &str| {
+        let digits = rest.strip_prefix(['+', '-']).unwrap_or(rest);
+        !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+    };
+    let suffix_ok = matches!(
+        suffix,
+        "" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+    ) || suffix.strip_prefix(['e', 'E']).is_some_and(exponent_ok);
+    number_ok && suffix_ok
+}
+
+/// RFC 1123 subdomain, as Kubernetes names most objects.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests;

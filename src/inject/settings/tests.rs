@@ -1,0 +1,123 @@
+use super::*;
+
+fn vars(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn the_design_example_parses_and_matches_the_defaults() {
+    let text = r#"
+listen: 0.0.0.0:15443
+tls: {cert: /etc/toolgate/webhook/tls.crt, key: /etc/toolgate/webhook/tls.key}
+sidecar:
+  image: toolgate:0.1.0
+  resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {memory: 128Mi}}
+  policiesConfigMap: null
+"#;
+    let parsed = InjectSettings::parse("t", text, vars(&[])).unwrap();
+    assert_eq!(parsed, InjectSettings::default());
+    assert_eq!(parsed.listen.port(), 15443);
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_their_path() {
+    let err = InjectSettings::parse("t.yaml", "sidecar: {imag: x}", vars(&[])).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("sidecar") && text.contains("imag"), "{text}");
+    let err = InjectSettings::parse("t.yaml", "tls: {cert: a, key: b, clientCa: c}", vars(&[]))
+        .unwrap_err();
+    assert!(err.to_string().contains("clientCa"), "{err}");
+}
+
+#[test]
+fn variables_override_the_file() {
+    let s = InjectSettings::parse(
+        "t",
+        "sidecar: {image: a:1}",
+        vars(&[
+            ("TOOLGATE_INJECT_SIDECAR_IMAGE", "b:2"),
+            ("TOOLGATE_INJECT_LISTEN", "127.0.0.1:9443"),
+            (
+                "TOOLGATE_INJECT_SIDECAR_POLICIES_CONFIG_MAP",
+                "agent-policies",
+            ),
+            ("TOOLGATE_INJECT_SIDECAR_RESOURCES", "{requests: {cpu: 1}}"),
+            ("TOOLGATE_UPSTREAM", "not ours"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(s.sidecar.image, "b:2");
+    assert_eq!(s.listen.port(), 9443);
+    assert_eq!(
+        s.sidecar.policies_config_map.as_deref(),
+        Some("agent-policies")
+    );
+    assert_eq!(s.sidecar.resources.requests["cpu"], "1");
+    assert!(s.sidecar.resources.limits.is_empty());
+}
+
+#[test]
+fn values_every_pod_would_carry_are_checked_at_start() {
+    for (text, field) in [
+        ("sidecar: {resources: {limits: {memory: 128MB}}}", "memory"),
+        (
+            "sidecar: {policiesConfigMap: Agent_Policies}",
+            "policiesConfigMap",
+        ),
+        ("sidecar: {image: ''}", "image"),
+        (
+            "sidecar: {env: {TOOLGATE_UPSTREAM: x}}",
+            "TOOLGATE_UPSTREAM",
+        ),
+        ("sidecar: {env: {'1A': x}}", "1A"),
+    ] {
+        let err = InjectSettings::parse("t", text, vars(&[])).unwrap_err();
+        assert!(err.to_string().contains(field), "{text}: {err}");
+    }
+}
+
+#[test]
+fn quantities_follow_kubernetes() {
+    for good in ["20m", "1", "0.5", "64Mi", "1Gi", "1e3", "100k", "+1", ".5"] {
+        assert!(is_quantity(good), "{good}");
+    }
+    for bad in ["", "m", "1MB", "1.2.3", "lots", "1e", "Mi", "."] {
+        assert!(!is_quantity(bad), "{bad}");
+    }
+}
+
+/// Every leaf of a fully populated settings tree has a `TOOLGATE_INJECT_*` variable (maps
+/// are set whole, as YAML).
+#[test]
+fn every_key_has_a_variable() {
+    let mut settings = InjectSettings::default();
+    settings.sidecar.policies_config_map = Some("p".into());
+    settings.sidecar.env.insert("A".into(), "b".into());
+    let tree = serde_json::to_value(&settings).unwrap();
+    let mut leaves = Vec::new();
+    collect_leaves(&tree, String::new(), &mut leaves);
+    for leaf in leaves {
+        let covered = KEYS.iter().any(|(key, kind)| {
+            leaf == *key || (matches!(kind, Kind::Yaml) && leaf.starts_with(&format!("{key}.")))
+        });
+        assert!(covered, "setting {leaf} has no TOOLGATE_INJECT_* variable");
+    }
+}
+
+fn collect_leaves(value: &serde_json::Value, prefix: String, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) if !map.is_empty() => {
+            for (k, v) in map {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                collect_leaves(v, path, out);
+            }
+        }
+        _ => out.push(prefix),
+    }
+}
