@@ -1,0 +1,106 @@
+//! The load benchmark's helpers, one binary so `bench/run.sh` links once:
+//!
+//! ```text
+//! benchkit backend    --listen ADDR                  a fast backend (REST and MCP answers)
+//! benchkit bare-proxy --listen ADDR --upstream URL   the floor: a pass-through on hyper
+//! benchkit otlp-sink  --listen ADDR                  an OTLP/gRPC receiver that counts spans
+//! benchkit paced      --url URL --rate N ...         open-loop load at a fixed rate
+//! benchkit task-token --agent ID                     a task token signed by the demo key
+//! benchkit session-memory [--count N]                RSS with N active sessions
+//! benchkit inproc --profile P --requests N            whole calls in one process (callgrind)
+//! ```
+//!
+//! Built with `cargo build --release --example benchkit`; only loopback addresses are
+//! meant (the script binds 127.0.0.1).
+
+mod backend;
+mod bare_proxy;
+mod inproc;
+mod otlp_sink;
+mod paced;
+mod session_memory;
+mod task_token;
+
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+
+#[derive(Parser)]
+#[command(name = "benchkit", about = "helpers for bench/run.sh")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// A fast backend: any request gets a small JSON answer (a JSON-RPC result on /mcp).
+    Backend {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+    /// A bare pass-through proxy on the same hyper stack as toolgate: the floor.
+    BareProxy {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        upstream: String,
+    },
+    /// An OTLP/gRPC trace receiver that counts what it is sent.
+    OtlpSink {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+    /// Sends requests at a fixed rate and prints latency percentiles.
+    Paced(paced::Options),
+    /// Prints a task token (`X-Toolgate-Task`) signed with examples/keys/orchestrator-demo.pem.
+    TaskToken {
+        #[arg(long)]
+        agent: String,
+    },
+    /// Resident memory of the limits state with this many active sessions.
+    SessionMemory {
+        #[arg(long, default_value_t = 100_000)]
+        count: u64,
+    },
+    /// Whole REST calls through an in-process sidecar, one at a time (for callgrind).
+    Inproc {
+        /// `direct` (backend alone), `minimal` or `full`.
+        #[arg(long, default_value = "full")]
+        profile: String,
+        #[arg(long, default_value_t = 2000)]
+        requests: u64,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Backend { listen } => runtime()?.block_on(backend::run(listen)),
+        Command::BareProxy { listen, upstream } => {
+            runtime()?.block_on(bare_proxy::run(listen, upstream))
+        }
+        Command::OtlpSink { listen } => runtime()?.block_on(otlp_sink::run(listen)),
+        Command::Paced(options) => {
+            // One thread: the generator should take as little of the machine as it can.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(paced::run(options))
+        }
+        Command::TaskToken { agent } => {
+            println!("{}", task_token::sign(&agent)?);
+            Ok(())
+        }
+        Command::SessionMemory { count } => session_memory::run(count),
+        Command::Inproc { profile, requests } => {
+            let task = task_token::sign("bench-bot")?;
+            runtime()?.block_on(inproc::run(&profile, requests, task))
+        }
+    }
+}
+
+/// The servers use Tokio's default multi-thread runtime, as toolgate does.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# toolgate's load benchmark, one command: bench/run.sh
+#
+# Builds release binaries, starts on loopback a fast backend, nginx as a plain reverse
+# proxy, a bare pass-through proxy on toolgate's own hyper stack (the floor), and
+# toolgate twice (minimal and full), then drives each with the same wrk load (REST POST
+# with a ~1 KiB JSON body, and MCP tools/call, at concurrency 16 and 64), interleaving
+# targets and rounds so that machine noise hits them alike. Then an open-loop run at
+# 1,000 requests/s per target for added latency. Prints one table (median of rounds):
+# requests/s, p50, p99, peak RSS and ratios against nginx, the bare proxy and the
+# backend alone.
+#
+# It installs wrk and nginx with apt-get when missing (it expects to run as root, as on
+# the project's machines). Everything it starts listens on 127.0.0.1 and is stopped on
+# exit. Whole run: about 6 minutes after the build. Knobs (environment):
+#   BENCH_ROUNDS=3  BENCH_SECONDS=4  BENCH_PACED_RATE=1000  BENCH_PACED_SECONDS=5
+#   BENCH_PORT_BASE=18800  BENCH_KEEP=1 (keep the work folder)  BENCH_NO_BUILD=1
+#   BENCH_BEFORE=/path/to/an/older/toolgate: also run that binary with the full profile
+#     ("full-before"), side by side with this one, to measure an optimization
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+rounds=${BENCH_ROUNDS:-3}
+seconds=${BENCH_SECONDS:-4}
+paced_rate=${BENCH_PACED_RATE:-1000}
+paced_seconds=${BENCH_PACED_SECONDS:-5}
+base=${BENCH_PORT_BASE:-18800}
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# --- tools ----------------------------------------------------------------------------
+missing=()
+command -v wrk >/dev/null || missing+=(wrk)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]} (apt-get, as root)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+
+if [ -z "${BENCH_NO_BUILD:-}" ]; then
+  log "building release binaries (cargo build --release --bin toolgate --example benchkit)"
+  cargo build --release --quiet --bin toolgate --example benchkit
+fi
+toolgate=$root/target/release/toolgate
+kit=$root/target/release/examples/benchkit
+
+# --- work folder and cleanup ----------------------------------------------------------
+work=$(mktemp -d /tmp/toolgate-bench.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  [ -f "$work/nginx/nginx.pid" ] && kill "$(cat "$work/nginx/nginx.pid")" 2>/dev/null || true
+  wait 2>/dev/null || true
+  if [ -z "${BENCH_KEEP:-}" ]; then rm -rf "$work"; else log "kept $work"; fi
+}
+trap cleanup EXIT INT TERM
+
+port_backend=$base
+port_nginx=$((base + 1))
+port_bare=$((base + 2))
+port_minimal=$((base + 3))
+port_full=$((base + 4))
+port_otlp=$((base + 5))
+for p in $(seq "$base" $((base + 15))); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+    echo "port $p on 127.0.0.1 is taken: set BENCH_PORT_BASE" >&2
+    exit 1
+  fi
+done
+
+wait_port() {
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on 127.0.0.1:$1 (see $work/*.log)" >&2
+  exit 1
+}
+
+# --- servers --------------------------------------------------------------------------
+log "starting backend, nginx, bare proxy, OTLP sink, toolgate minimal and full in $work"
+"$kit" backend --listen "127.0.0.1:$port_backend" >"$work/backend.log" 2>&1 &
+pids+=($!)
+pid_backend=$!
+"$kit" bare-proxy --listen "127.0.0.1:$port_bare" --upstream "http://127.0.0.1:$port_backend" \
+  >"$work/bare.log" 2>&1 &
+pids+=($!)
+pid_bare=$!
+"$kit" otlp-sink --listen "127.0.0.1:$port_otlp" >"$work/otlp.log" 2>&1 &
+pids+=($!)
+
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<EOF
+# A plain reverse proxy, tuned as one would for a fair comparison: a worker per core,
+# an upstream keep-alive pool, no access log.
+worker_processes auto;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  upstream backend {
+    server 127.0.0.1:$port_backend;
+    keepalive 256;
+    keepalive_requests 1000000;
+  }
+  server {
+    listen 127.0.0.1:$port_nginx;
+    keepalive_requests 1000000;
+    client_body_buffer_size 64k;
+    location / {
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+"$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log"
+
+start_toolgate() { # name port policies extra-yaml [binary]
+  local name=$1 port=$2 binary=${5:-$toolgate}
+  mkdir -p "$work/$name"
+  cat >"$work/$name/toolgate.yaml" <<EOF
+listen: 127.0.0.1:$port
+admin: 127.0.0.1:$((port + 10))
+upstream: http://127.0.0.1:$port_backend
+policies: {files: [$root/bench/policies/$3]}
+identity:
+  tokens: $root/bench/tokens.yaml
+  taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]
+$4
+EOF
+  TOOLGATE_LOG=warn "$binary" run --config "$work/$name/toolgate.yaml" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+}
+start_toolgate minimal "$port_minimal" minimal.yaml "audit: {path: 'off'}"
+pid_minimal=${pids[-1]}
+start_toolgate full "$port_full" full.yaml "audit: {path: $work/full/audit.log}
+telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench}"
+pid_full=${pids[-1]}
+for p in $port_backend $port_nginx $port_bare $port_minimal $port_full $port_otlp; do wait_port "$p"; done
+port_before=$((base + 6))
+if [ -n "${BENCH_BEFORE:-}" ]; then
+  start_toolgate full-before "$port_before" full.yaml "audit: {path: $work/full-before/audit.log}
+telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-before}" "$BENCH_BEFORE"
+  pid_before=${pids[-1]}
+  wait_port "$port_before"
+fi
+
+export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
+BENCH_TASK=$("$kit" task-token --agent bench-bot)
+export BENCH_TASK
+
+declare -A port=([direct]=$port_backend [nginx]=$port_nginx [bare]=$port_bare
+  [minimal]=$port_minimal [full]=$port_full [full-before]=$port_before)
+targets=(direct nginx bare minimal full)
+[ -n "${BENCH_BEFORE:-}" ] && targets+=(full-before)
+
+# --- sanity: every target answers both loads with a real, allowed result ---------------
+check() { # target
+  local url="http://127.0.0.1:${port[$1]}" out
+  out=$(curl -sS -D - -o "$work/check.body" -H 'Content-Type: application/json' \
+    -H 'Authorization: Bearer bench-token' -H "X-Toolgate-Task: $BENCH_TASK" \
+    --data-binary "@$BENCH_BODY" "$url/search")
+  grep -q '^HTTP/1.1 200' <<<"$out" && grep -q '"ok":true' "$work/check.body" || {
+    echo "$1: the REST call was not answered: $out $(cat "$work/check.body")" >&2
+    exit 1
+  }
+  local args
+  args=$(sed 's/}[[:space:]]*$//' "$BENCH_BODY")
+  curl -sS -o "$work/check.body" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' \
+    -H 'Authorization: Bearer bench-token' -H "X-Toolgate-Task: $BENCH_TASK" \
+    --data-binary "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"mcp_search_logs\",\"arguments\":$args,\"cursor\":\"check\"}}}" \
+    "$url/mcp"
+  grep -q '"isError":false' "$work/check.body" || {
+    echo "$1: the MCP call was not answered: $(cat "$work/check.body")" >&2
+    exit 1
+  }
+}
+for t in "${targets[@]}"; do check "$t"; done
+
+rss_kib() { # pid [field]: the process's (and, for nginx, its workers') memory
+  local field=${2:-VmRSS} total=0 p
+  for p in $1 $(pgrep -P "$1" || true); do
+    total=$((total + $(awk -v f="$field:" '$1 == f {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+  done
+  echo "$total"
+}
+declare -A pid=([direct]=$pid_backend [nginx]=$(cat "$work/nginx/nginx.pid") [bare]=$pid_bare
+  [minimal]=$pid_minimal [full]=$pid_full [full-before]=${pid_before:-0})
+results=$work/results.tsv
+: >"$results"
+for t in "${targets[@]}"; do
+  printf 'idle\t%s\t%s\n' "$t" "$(rss_kib "${pid[$t]}")" >>"$results"
+done
+
+run_wrk() { # target load conc seconds -> RESULT line
+  local script=$BENCH_DIR/wrk/$2.lua
+  wrk -t1 -c"$3" -d"${4}s" -s "$script" "http://127.0.0.1:${port[$1]}" | grep '^RESULT' || true
+}
+
+load_averages() { cut -d' ' -f1-3 /proc/loadavg; }
+log "load average before: $(load_averages) (nproc $(nproc))"
+printf 'loadavg_before\t%s\n' "$(load_averages)" >>"$results"
+
+# --- closed-loop load: wrk, interleaved ------------------------------------------------
+for load in rest mcp; do
+  for conc in 16 64; do
+    log "warm-up: $load c=$conc"
+    for t in "${targets[@]}"; do run_wrk "$t" "$load" "$conc" 1 >/dev/null; done
+  done
+done
+for round in $(seq "$rounds"); do
+  # Rotate the order each round, so no target always runs first or right after another.
+  shift_by=$((round % ${#targets[@]}))
+  order=("${targets[@]:$shift_by}" "${targets[@]:0:$shift_by}")
+  for load in rest mcp; do
+    for conc in 16 64; do
+      for t in "${order[@]}"; do
+        line=$(run_wrk "$t" "$load" "$conc" "$seconds")
+        log "round $round $load c=$conc $t: ${line#RESULT }"
+        printf 'wrk\t%s\t%s\t%s\t%s\t%s\n' "$t" "$load" "$conc" "$round" "${line#RESULT }" >>"$results"
+      done
+    done
+  done
+done
+
+# --- open-loop load at a fixed rate: added latency --------------------------------------
+for round in 1 2; do
+  for t in "${targets[@]}"; do
+    line=$("$kit" paced --url "http://127.0.0.1:${port[$t]}/search" --rate "$paced_rate" \
+      --seconds "$paced_seconds" --connections 16 --body-file "$BENCH_BODY" \
+      --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
+      --header "X-Toolgate-Task: $BENCH_TASK")
+    log "paced round $round $t: $line"
+    printf 'paced\t%s\t%s\t%s\n' "$t" "$round" "$line" >>"$results"
+  done
+done
+
+for t in "${targets[@]}"; do
+  printf 'peak\t%s\t%s\n' "$t" "$(rss_kib "${pid[$t]}" VmHWM)" >>"$results"
+  printf 'after\t%s\t%s\n' "$t" "$(rss_kib "${pid[$t]}")" >>"$results"
+done
+printf 'loadavg_after\t%s\n' "$(load_averages)" >>"$results"
+printf 'machine\t%s cores, %s\n' "$(nproc)" "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)" >>"$results"
+[ -f "$work/full/audit.log" ] && printf 'audit_records\t%s\n' "$(wc -l <"$work/full/audit.log")" >>"$results"
+printf 'spans\t%s\n' "$(tail -1 "$work/otlp.log" 2>/dev/null)" >>"$results"
+
+python3 "$root/bench/table.py" "$results"

@@ -1,0 +1,202 @@
+//! Micro-benchmarks of the hot path, one stage at a time, then whole calls.
+//!
+//! ```text
+//! cargo bench --bench hot_path              # all
+//! cargo bench --bench hot_path -- decide    # a filter
+//! ```
+//!
+//! Fixtures are the load benchmark's *full* profile (`bench/policies/full.yaml`, the
+//! ~1 KiB body of `bench/body.json`): an 11-property schema, three CEL rules (one reading
+//! the task token), rate limits on agent and tool.
+
+mod common;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use http::{Method, Request};
+use http_body_util::Full;
+use std::hint::black_box;
+use std::time::Duration;
+
+use toolgate::audit::record::{args_digest, chain, now, GENESIS};
+use toolgate::audit::Entry;
+use toolgate::limits::{Call, Capacity, Clock, Ledger};
+use toolgate::proxy::decide::{decide, RequestView};
+use toolgate::proxy::stage::authorize;
+use toolgate::proxy::stage::classify::classify;
+use toolgate::proxy::stage::identify::identify;
+use toolgate::proxy::stage::validate::validate;
+use toolgate::telemetry::metrics::Metrics;
+
+use common::{inproc, AGENT};
+
+fn ledger() -> Ledger {
+    Ledger::new(
+        Capacity::from_settings(&toolgate::config::Limits::default()),
+        Clock::real(),
+    )
+}
+
+fn stages(c: &mut Criterion) {
+    let snapshot = common::snapshot_of(&common::policy_objects("full"));
+    let body = common::body();
+    let headers = common::headers();
+    let identity = common::identity();
+    let ledger = ledger();
+    let tool = snapshot.tool("search_logs").unwrap();
+    let contract = snapshot.contract(tool);
+    let policy = snapshot.policy_for(AGENT).unwrap();
+    let agent = identify(&identity, &headers, None).unwrap();
+    let args = common::args();
+    let view = RequestView {
+        method: "POST",
+        path: "/search",
+        headers: &headers,
+        session: None,
+    };
+
+    c.bench_function("classify/rest_1k_body", |b| {
+        b.iter(|| classify(&snapshot, &Method::POST, "/search", None, black_box(&body)).unwrap())
+    });
+    c.bench_function("identify/static_token", |b| {
+        b.iter(|| identify(&identity, black_box(&headers), None).unwrap())
+    });
+    c.bench_function("validate/11_properties", |b| {
+        b.iter_batched(
+            || args.clone(),
+            |args| validate(contract, args).unwrap(),
+            BatchSize::SmallInput,
+        )
+    });
+    let grant = authorize::authorize(policy, &agent.id, &contract.tool)
+        .unwrap()
+        .grant;
+    c.bench_function("limits/check_rate_agent_and_tool", |b| {
+        b.iter(|| {
+            ledger
+                .check_rate(
+                    &agent.id,
+                    &contract.tool,
+                    policy.rate_limit.as_ref(),
+                    grant.rate_limit.as_ref(),
+                )
+                .unwrap()
+        })
+    });
+    c.bench_function("decide/authorize_rate_validate_3_rules", |b| {
+        b.iter_batched(
+            || args.clone(),
+            |args| {
+                decide(
+                    &ledger,
+                    policy,
+                    &agent,
+                    contract,
+                    args,
+                    &view,
+                    identity.tasks.as_ref(),
+                )
+                .unwrap()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("limits/call_fingerprint", |b| {
+        b.iter(|| Call::new(&agent.id, None, &contract.tool, black_box(&args), None))
+    });
+    let entry = Entry {
+        ts: now(),
+        trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+        agent: Some(AGENT.into()),
+        session: Some("session-1".into()),
+        tool: Some("search_logs".into()),
+        args_digest: Some(args_digest(&args)),
+        args: None,
+        decision: "allow",
+        code: None,
+        rule: None,
+        policy_version: Some(1),
+        upstream_status: Some(200),
+        latency_us: 412,
+    };
+    c.bench_function("audit/args_digest_1k", |b| {
+        b.iter(|| args_digest(black_box(&args)))
+    });
+    c.bench_function("audit/chain_record", |b| {
+        b.iter(|| chain(black_box(&entry), 42, GENESIS))
+    });
+    let metrics = Metrics::new();
+    c.bench_function("metrics/record_call", |b| {
+        b.iter(|| metrics.record_call("search_logs", "allow", "OK", Duration::from_micros(300)))
+    });
+
+    // Everything the gate decides for one REST call, without sockets: classify, identify,
+    // authorize, rate, validate, rules, the call's fingerprint.
+    c.bench_function("call/gate_decision", |b| {
+        b.iter(|| {
+            let call = classify(&snapshot, &Method::POST, "/search", None, &body).unwrap();
+            let agent = identify(&identity, &headers, None).unwrap();
+            let policy = authorize::policy(&snapshot, &agent.id).unwrap();
+            let contract = snapshot.contract(call.tool);
+            let args = decide(
+                &ledger,
+                policy,
+                &agent,
+                contract,
+                call.args,
+                &view,
+                identity.tasks.as_ref(),
+            )
+            .unwrap();
+            Call::new(&agent.id, None, &contract.tool, &args.value, None).fingerprint
+        })
+    });
+}
+
+/// Whole HTTP calls on loopback: the backend alone, then through toolgate.
+fn whole_calls(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let body = common::body();
+    let headers = common::headers();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.log");
+    let (backend, minimal, full) = rt.block_on(async {
+        let backend = inproc::backend().await;
+        let minimal = inproc::sidecar(backend, "minimal", "off").await;
+        let full = inproc::sidecar(backend, "full", audit.to_str().unwrap()).await;
+        (backend, minimal, full)
+    });
+    let request = || {
+        let mut request = Request::post("/search")
+            .header("host", "bench")
+            .body(Full::new(body.clone()))
+            .unwrap();
+        request.headers_mut().extend(headers.clone());
+        request
+    };
+    for (name, addr) in [
+        ("call/http_backend_alone", backend),
+        ("call/http_toolgate_minimal", minimal.agent_addr),
+        ("call/http_toolgate_full", full.agent_addr),
+    ] {
+        let mut sender = rt.block_on(inproc::connect(addr));
+        c.bench_function(name, |b| {
+            b.iter(|| rt.block_on(inproc::call(&mut sender, request())))
+        });
+    }
+    rt.block_on(async {
+        minimal.shutdown().await;
+        full.shutdown().await;
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = stages, whole_calls
+}
+criterion_main!(benches);

@@ -1,0 +1,104 @@
+//! Scale curves: what one call costs with 10, 1,000 and 10,000 contracts and policies
+//! (route match, tool lookup, policy lookup, then the decision), and how long a snapshot
+//! of 10,000 objects takes to build.
+//!
+//! ```text
+//! cargo bench --bench scale
+//! ```
+//!
+//! Calls rotate over agents and tools spread through the whole set, so the lookups touch
+//! cold parts of the tables as they would with many agents, not one hot entry.
+//! `cargo run --release --example benchkit -- session-memory` gives the memory curve.
+
+mod common;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use http::{HeaderMap, Method};
+use std::time::Duration;
+
+use toolgate::control::{BuildOptions, Snapshot};
+use toolgate::limits::{Capacity, Clock, Ledger};
+use toolgate::proxy::decide::{decide, RequestView};
+use toolgate::proxy::stage::authorize;
+use toolgate::proxy::stage::classify::classify;
+use toolgate::proxy::stage::identify::Agent;
+
+/// Which of `n` agents/tools the k-th call uses: a fixed spread over the whole range.
+fn pick(k: usize, n: usize) -> usize {
+    (k.wrapping_mul(2_654_435_761) >> 7) % n
+}
+
+fn per_call(c: &mut Criterion) {
+    let sizes: &[usize] = if common::measuring() {
+        &[10, 1_000, 10_000]
+    } else {
+        &[10, 100]
+    };
+    let body =
+        bytes::Bytes::from_static(br#"{"query":"status:shipped","limit":100,"tags":["eu"]}"#);
+    let headers = HeaderMap::new();
+    let ledger = Ledger::new(
+        Capacity::from_settings(&toolgate::config::Limits::default()),
+        Clock::real(),
+    );
+    let mut group = c.benchmark_group("scale/call");
+    for &n in sizes {
+        let snapshot = common::snapshot_of(&common::scaled_objects(n));
+        let calls: Vec<(String, String, Agent)> = (0..1024)
+            .map(|k| {
+                let i = pick(k, n);
+                let agent = Agent {
+                    id: format!("agent-{i}").into(),
+                    claims: serde_json::json!({}),
+                };
+                (format!("/t{i}/search/orders"), format!("tool_{i}"), agent)
+            })
+            .collect();
+        let mut k = 0;
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                let (path, name, agent) = &calls[k % calls.len()];
+                k += 1;
+                let call = classify(&snapshot, &Method::POST, path, None, &body).unwrap();
+                // The MCP path looks tools up by name instead of by route.
+                assert_eq!(snapshot.tool(name), Some(call.tool));
+                let policy = authorize::policy(&snapshot, &agent.id).unwrap();
+                let view = RequestView {
+                    method: "POST",
+                    path,
+                    headers: &headers,
+                    session: None,
+                };
+                let contract = snapshot.contract(call.tool);
+                decide(&ledger, policy, agent, contract, call.args, &view, None).unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+fn snapshot_build(c: &mut Criterion) {
+    // 10,000 objects: half contracts, half policies (each with two CEL rules).
+    let pairs = if common::measuring() { 5_000 } else { 50 };
+    let objects = common::scaled_objects(pairs);
+    let mut group = c.benchmark_group("scale/snapshot_build");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(15));
+    group.bench_function(BenchmarkId::from_parameter(objects.len()), |b| {
+        b.iter(|| {
+            let (snapshot, errors) = Snapshot::build(&objects, &BuildOptions::default(), 1);
+            assert!(errors.is_empty());
+            snapshot
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    targets = per_call, snapshot_build
+}
+criterion_main!(benches);
