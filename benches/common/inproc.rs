@@ -42,10 +42,12 @@ pub async fn backend() -> SocketAddr {
 /// A sidecar in front of `upstream` with `bench/policies/{policies}.yaml`; `audit` is a
 /// settings value (`off` or a file).
 pub async fn sidecar(upstream: SocketAddr, policies: &str, audit: &str) -> Sidecar {
-    let mut settings = Settings::default();
-    settings.listen = "127.0.0.1:0".parse().unwrap();
-    settings.admin = "127.0.0.1:0".parse().unwrap();
-    settings.upstream = format!("http://{upstream}");
+    let mut settings = Settings {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        admin: "127.0.0.1:0".parse().unwrap(),
+        upstream: format!("http://{upstream}"),
+        ..Settings::default()
+    };
     settings.policies.files = vec![format!("{ROOT}/bench/policies/{policies}.yaml").into()];
     settings.identity.tokens = Some(format!("{ROOT}/bench/tokens.yaml").into());
     settings.identity.task_issuers = vec![TaskIssuer {
