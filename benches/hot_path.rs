@@ -101,7 +101,7 @@ fn stages(c: &mut Criterion) {
         )
     });
     c.bench_function("limits/call_fingerprint", |b| {
-        b.iter(|| Call::new(&agent.id, None, &contract.tool, black_box(&args), None))
+        b.iter(|| Call::new(&agent.id, None, &contract.tool, black_box(&args), None).fingerprint())
     });
     let entry = Entry {
         ts: now(),
@@ -130,7 +130,7 @@ fn stages(c: &mut Criterion) {
     });
 
     // Everything the gate decides for one REST call, without sockets: classify, identify,
-    // authorize, rate, validate, rules, the call's fingerprint.
+    // authorize, rate, validate, rules.
     c.bench_function("call/gate_decision", |b| {
         b.iter(|| {
             let call = classify(&snapshot, &Method::POST, "/search", None, &body).unwrap();
@@ -147,7 +147,7 @@ fn stages(c: &mut Criterion) {
                 identity.tasks.as_ref(),
             )
             .unwrap();
-            Call::new(&agent.id, None, &contract.tool, &args.value, None).fingerprint
+            args
         })
     });
 }

@@ -75,6 +75,11 @@ impl AuditLog {
         }
     }
 
+    /// Whether records are kept at all (`audit.path` is not `off`).
+    pub fn is_on(&self) -> bool {
+        self.tx.is_some()
+    }
+
     /// Where records go, for the operator.
     pub fn target(&self) -> &str {
         &self.target

@@ -1,6 +1,7 @@
 //! The control plane: sources (files, the cluster) feed an index, the index builds an
 //! immutable compiled [`Snapshot`], and [`Control`] publishes it for the data plane.
 
+pub mod bindings;
 pub mod cluster;
 pub mod contract;
 pub mod files;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::contract::FieldError;
 use super::quota::Quota;
-use super::rule::CompiledRule;
+use super::rule::{CompiledRule, Reads};
 use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
 
 #[derive(Debug)]
@@ -26,6 +26,8 @@ pub struct Policy {
 pub struct Grant {
     pub rate_limit: Option<Quota>,
     pub rules: Vec<CompiledRule>,
+    /// What the rules read together: a call converts only these variables.
+    pub reads: Reads,
 }
 
 impl Policy {
@@ -51,7 +53,14 @@ impl Policy {
                     CompiledRule::compile(rule).map_err(|e| (format!("{at}.rules[{j}].expr"), e))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let grant = Grant { rate_limit, rules };
+            let reads = rules
+                .iter()
+                .fold(Reads::default(), |all, r| all.union(r.reads));
+            let grant = Grant {
+                rate_limit,
+                rules,
+                reads,
+            };
             if grants.insert(tool.name.clone(), grant).is_some() {
                 return Err((
                     format!("{at}.name"),

@@ -10,13 +10,11 @@
 //! [`FUNCTIONS`] may be used; anything else is a compile error, not a runtime surprise.
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::objects::{Key, Map};
 use cel::parser::Parser;
-use cel::{Context, Value};
-use serde_json::Value as Json;
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use cel::Value;
+use std::collections::HashSet;
 
+pub use super::bindings::{Bindings, Reads, Scope};
 use crate::crd::Rule;
 use crate::proxy::reject::Recovery;
 
@@ -53,6 +51,8 @@ pub struct CompiledRule {
     pub recovery: Option<Recovery>,
     /// Reads `task`: a denial is `OUT_OF_TASK_SCOPE`, and no task token denies it.
     pub reads_task: bool,
+    /// The variables it reads: only those are converted for a call.
+    pub reads: Reads,
     expression: IdedExpr,
 }
 
@@ -62,33 +62,6 @@ impl std::fmt::Debug for CompiledRule {
             .field("name", &self.name)
             .field("source", &self.source)
             .finish()
-    }
-}
-
-/// The values a rule sees, already converted once per call.
-pub struct Bindings {
-    pub args: Value,
-    pub agent: Value,
-    pub task: Option<Value>,
-    pub session: Value,
-    pub request: Value,
-}
-
-impl Bindings {
-    pub fn new(
-        args: &Json,
-        agent: &Json,
-        task: Option<&Json>,
-        session: &Json,
-        request: &Json,
-    ) -> Result<Bindings, String> {
-        Ok(Bindings {
-            args: to_cel(args),
-            agent: to_cel(agent),
-            task: task.map(to_cel),
-            session: to_cel(session),
-            request: to_cel(request),
-        })
     }
 }
 
@@ -143,23 +116,22 @@ impl CompiledRule {
             message: rule.message.clone(),
             recovery: rule.recovery,
             reads_task: walk.free.contains("task"),
+            reads: Reads::of(walk.free.iter().map(String::as_str)),
             expression,
         })
     }
 
-    /// Runs the rule. Anything but `true` fails: an error denies, never allows.
+    /// Runs the rule alone (see [`Bindings::scope`] to run several on one binding).
     pub fn evaluate(&self, bindings: &Bindings) -> Result<(), Failure> {
-        let mut ctx = Context::default();
-        ctx.add_variable_from_value("args", bindings.args.clone());
-        ctx.add_variable_from_value("agent", bindings.agent.clone());
-        ctx.add_variable_from_value("session", bindings.session.clone());
-        ctx.add_variable_from_value("request", bindings.request.clone());
-        match &bindings.task {
-            Some(task) => ctx.add_variable_from_value("task", task.clone()),
-            None if self.reads_task => return Err(Failure::NoTask),
-            None => {}
+        bindings.scope(|scope| self.evaluate_in(scope))
+    }
+
+    /// Runs the rule. Anything but `true` fails: an error denies, never allows.
+    pub fn evaluate_in(&self, scope: &Scope<'_, '_>) -> Result<(), Failure> {
+        if self.reads_task && !scope.has_task {
+            return Err(Failure::NoTask);
         }
-        match Value::resolve(&self.expression, &ctx) {
+        match Value::resolve(&self.expression, &scope.context) {
             Ok(Value::Bool(true)) => Ok(()),
             Ok(Value::Bool(false)) => Err(Failure::False),
             Ok(other) => Err(Failure::Error(format!(
@@ -190,29 +162,6 @@ fn parse(source: &str) -> Result<IdedExpr, String> {
 
 fn is_operator(name: &str) -> bool {
     name.starts_with('_') || name.starts_with('@') || name.starts_with('!') || name.starts_with('-')
-}
-
-/// JSON to CEL, keeping integers `int` (CEL's serde path makes non-negative ones `uint`,
-/// which then can't be added to an `int` literal).
-pub fn to_cel(value: &Json) -> Value {
-    match value {
-        Json::Null => Value::Null,
-        Json::Bool(b) => Value::Bool(*b),
-        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Value::Int(i),
-            (None, Some(u)) => Value::UInt(u),
-            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Json::String(s) => Value::String(Arc::new(s.clone())),
-        Json::Array(items) => Value::List(Arc::new(items.iter().map(to_cel).collect())),
-        Json::Object(fields) => {
-            let map: HashMap<Key, Value> = fields
-                .iter()
-                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
-                .collect();
-            Value::Map(Map { map: Arc::new(map) })
-        }
-    }
 }
 
 /// One pass over the AST: node count, depth, free variables, comprehension nesting.
@@ -310,7 +259,8 @@ impl Walk {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value as Json};
+    use std::borrow::Cow;
 
     fn mk_rule(expr: &str) -> Rule {
         Rule {
@@ -321,15 +271,18 @@ mod tests {
         }
     }
 
-    fn mk_bindings(args: Json, task: Option<Json>) -> Bindings {
-        Bindings::new(
-            &args,
-            &json!({"id": "ops-bot", "claims": {"tenant": "acme", "projects": ["OPS"]}}),
-            task.as_ref(),
-            &json!({"id": "s1", "calls": 0}),
-            &json!({"method": "GET", "path": "/", "headers": {}}),
-        )
-        .unwrap()
+    fn mk_bindings(args: Json, task: Option<Json>) -> Bindings<'static> {
+        Bindings {
+            args: Some(Cow::Owned(args)),
+            agent: Some(Cow::Owned(
+                json!({"id": "ops-bot", "claims": {"tenant": "acme", "projects": ["OPS"]}}),
+            )),
+            task: task.map(Cow::Owned),
+            session: Some(Cow::Owned(json!({"id": "s1", "calls": 0}))),
+            request: Some(Cow::Owned(
+                json!({"method": "GET", "path": "/", "headers": {}}),
+            )),
+        }
     }
 
     #[test]

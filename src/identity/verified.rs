@@ -28,16 +28,23 @@ impl Default for Verified {
 }
 
 impl Verified {
+    /// The claims of a token verified before and not expired since.
+    pub fn get(&self, token: &str) -> Option<Arc<Map<String, Value>>> {
+        let claims = self.cache.get(token)?;
+        if expired(&claims) {
+            self.cache.invalidate(token);
+            return None;
+        }
+        Some(claims)
+    }
+
     pub fn get_or_verify<E>(
         &self,
         token: &str,
         verify: impl FnOnce() -> Result<Map<String, Value>, E>,
     ) -> Result<Arc<Map<String, Value>>, E> {
-        if let Some(claims) = self.cache.get(token) {
-            if !expired(&claims) {
-                return Ok(claims);
-            }
-            self.cache.invalidate(token);
+        if let Some(claims) = self.get(token) {
+            return Ok(claims);
         }
         let claims = Arc::new(verify()?);
         self.cache.insert(token.to_string(), claims.clone());

@@ -187,7 +187,7 @@ impl Dedupe {
         self.flights.entry(key).and_compute_with(|current| {
             if let Some(flight) = current.map(|e| e.into_value()) {
                 if flight.expires_at > now {
-                    turn = Some(if flight.fingerprint == call.fingerprint {
+                    turn = Some(if flight.fingerprint == call.fingerprint() {
                         Ok(Turn::Join(flight))
                     } else {
                         Err(reused_key(call, window))
@@ -196,7 +196,7 @@ impl Dedupe {
                 }
             }
             let flight = Arc::new(Flight {
-                fingerprint: call.fingerprint,
+                fingerprint: call.fingerprint(),
                 expires_at: now + window,
                 window,
                 created: Instant::now(),
@@ -295,7 +295,7 @@ fn key(call: &Call<'_>) -> Key {
         None => key
             .text("arguments")
             .optional(call.session)
-            .bytes(&call.fingerprint),
+            .bytes(&call.fingerprint()),
     };
     key.finish()
 }

@@ -32,6 +32,7 @@ pub mod session;
 pub use clock::Clock;
 
 use serde_json::Value;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::control::quota::Quota;
@@ -50,7 +51,10 @@ pub struct Call<'a> {
     pub session: Option<&'a str>,
     pub tool: &'a str,
     pub idempotency_key: Option<&'a str>,
-    pub fingerprint: Key,
+    args: &'a Value,
+    /// Computed on first use: an idempotent call without a session never needs it, and
+    /// digesting the canonical arguments is a good part of a small call's cost.
+    fingerprint: OnceLock<Key>,
 }
 
 impl<'a> Call<'a> {
@@ -58,7 +62,7 @@ impl<'a> Call<'a> {
         agent: &'a str,
         session: Option<&'a str>,
         tool: &'a str,
-        args: &Value,
+        args: &'a Value,
         idempotency_key: Option<&'a str>,
     ) -> Call<'a> {
         Call {
@@ -66,8 +70,18 @@ impl<'a> Call<'a> {
             session,
             tool,
             idempotency_key,
-            fingerprint: KeyBuilder::new("call").text(tool).json(args).finish(),
+            args,
+            fingerprint: OnceLock::new(),
         }
+    }
+
+    pub fn fingerprint(&self) -> Key {
+        *self.fingerprint.get_or_init(|| {
+            KeyBuilder::new("call")
+                .text(self.tool)
+                .json(self.args)
+                .finish()
+        })
     }
 }
 

@@ -64,6 +64,7 @@ impl Sessions {
         let Some(session) = call.session else {
             return Ok(());
         };
+        let fingerprint = call.fingerprint();
         let max_calls = limits.and_then(|l| l.max_calls);
         let max_repeats = limits.and_then(|l| l.max_repeats);
         let mut refusal = None;
@@ -71,7 +72,7 @@ impl Sessions {
             .entry(key(call.agent, session))
             .and_compute_with(|current| {
                 let tally = current.map(|e| e.into_value()).unwrap_or_default();
-                let streak = if tally.calls > 0 && tally.last == call.fingerprint {
+                let streak = if tally.calls > 0 && tally.last == fingerprint {
                     tally.streak.saturating_add(1)
                 } else {
                     1
@@ -95,7 +96,7 @@ impl Sessions {
                 }
                 Op::Put(Tally {
                     calls: tally.calls + 1,
-                    last: call.fingerprint,
+                    last: fingerprint,
                     streak,
                 })
             });

@@ -5,13 +5,14 @@
 
 use http::HeaderMap;
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 use crate::control::contract::Contract;
 use crate::control::policy::Policy;
 use crate::control::rule::Bindings;
 use crate::identity::task::TaskTokens;
 use crate::limits::Ledger;
-use crate::proxy::reject::{Code, Reject};
+use crate::proxy::reject::Reject;
 use crate::proxy::stage::authorize::authorize;
 use crate::proxy::stage::identify::Agent;
 use crate::proxy::stage::rules;
@@ -44,20 +45,24 @@ pub fn decide(
     )?;
     let args = validate(contract, args)?;
     if !permit.grant.rules.is_empty() {
-        // The task token is verified only when a rule will read it.
-        let task = if permit.grant.rules.iter().any(|r| r.reads_task) {
-            task_claims(request.headers, &agent.id, tasks)
-        } else {
-            None
+        // Only what the rules read is converted; the task token is verified only then.
+        let reads = permit.grant.reads;
+        let bindings = Bindings {
+            args: reads.args.then_some(Cow::Borrowed(&args.value)),
+            agent: reads.agent.then(|| Cow::Owned(agent.cel_value())),
+            task: reads
+                .task
+                .then(|| task_claims(request.headers, &agent.id, tasks))
+                .flatten()
+                .map(Cow::Owned),
+            session: reads.session.then(|| {
+                let calls = ledger.session_calls(&agent.id, request.session);
+                Cow::Owned(json!({"id": request.session, "calls": calls}))
+            }),
+            request: reads.request.then(|| {
+                Cow::Owned(json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}))
+            }),
         };
-        let bindings = Bindings::new(
-            &args.value,
-            &agent.cel_value(),
-            task.as_ref(),
-            &json!({"id": request.session, "calls": ledger.session_calls(&agent.id, request.session)}),
-            &json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}),
-        )
-        .map_err(|e| Reject::new(Code::InvalidArguments, format!("the arguments can't be checked by rules: {e}")))?;
         rules::check(permit.grant, &bindings)?;
     }
     Ok(args)
@@ -80,4 +85,79 @@ fn visible_headers(headers: &HeaderMap) -> Value {
         }
     }
     Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::{BuildOptions, Snapshot};
+    use crate::crd::parse_documents;
+    use crate::limits::{Capacity, Clock};
+    use std::sync::Arc;
+
+    const POLICIES: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: t}
+spec: {tool: t, input: {type: object}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: p}
+spec:
+  agents: [ops-bot]
+  tools:
+    - name: t
+      rules:
+        - {name: args, expr: "args.n == 1"}
+        - {name: others, expr: "agent.id == 'ops-bot' && session.id == 's1' && session.calls == 0 && request.method == 'POST' && request.headers['x-env'] == 'prod'"}
+"#;
+
+    fn mk_decide(headers: &HeaderMap, args: Value) -> Result<Arguments, Reject> {
+        let (snapshot, errors) = Snapshot::build(
+            &parse_documents("t", POLICIES).0,
+            &BuildOptions::default(),
+            1,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let ledger = Ledger::new(
+            Capacity::from_settings(&crate::config::Limits::default()),
+            Clock::fake(),
+        );
+        let agent = Agent {
+            id: Arc::from("ops-bot"),
+            claims: json!({}),
+        };
+        let view = RequestView {
+            method: "POST",
+            path: "/t",
+            headers,
+            session: Some("s1"),
+        };
+        let policy = snapshot.policy_for("ops-bot").unwrap();
+        let contract = snapshot.contract(snapshot.tool("t").unwrap());
+        decide(&ledger, policy, &agent, contract, args, &view, None)
+    }
+
+    #[test]
+    fn rules_see_every_variable_they_read() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-env", "prod".parse().unwrap());
+        assert!(mk_decide(&headers, json!({"n": 1})).is_ok());
+        assert_eq!(
+            mk_decide(&headers, json!({"n": 2}))
+                .unwrap_err()
+                .rule
+                .as_deref(),
+            Some("args")
+        );
+        headers.insert("x-env", "dev".parse().unwrap());
+        assert_eq!(
+            mk_decide(&headers, json!({"n": 1}))
+                .unwrap_err()
+                .rule
+                .as_deref(),
+            Some("others")
+        );
+    }
 }

@@ -49,6 +49,9 @@ pub struct Outcome {
     pub upstream_status: Option<u16>,
     /// The answer is a duplicate's copy of the first call's (`X-Toolgate-Replayed`).
     pub replayed: bool,
+    /// An audit log is kept: with `audit.path: off` the record (and the digest of the
+    /// arguments, which only the record uses) is never built.
+    pub audited: bool,
 }
 
 impl Outcome {
@@ -69,11 +72,14 @@ impl Outcome {
             policy_version: None,
             upstream_status: None,
             replayed: false,
+            audited: true,
         }
     }
 
     pub fn set_args(&mut self, args: &serde_json::Value) {
-        self.args_digest = Some(args_digest(args));
+        if self.audited {
+            self.args_digest = Some(args_digest(args));
+        }
     }
 
     pub fn trace_id(&self) -> &str {
@@ -157,7 +163,9 @@ impl Outcome {
                         | Code::OutputContractViolation
                 )
             });
-        self.span.end(self.span_attributes(), failed);
+        if self.span.is_recording() {
+            self.span.end(self.span_attributes(), failed);
+        }
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,
@@ -165,6 +173,9 @@ impl Outcome {
             self.code.map(Code::as_str).unwrap_or("OK"),
             elapsed,
         );
+        if !self.audited {
+            return;
+        }
         audit
             .record(Entry {
                 ts: now(),

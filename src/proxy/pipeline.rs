@@ -12,6 +12,8 @@
 use bytes::Bytes;
 use http::{header, Request, Response};
 use hyper::body::Incoming;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,7 @@ use crate::proxy::stage::authorize;
 use crate::proxy::stage::classify::classify;
 use crate::proxy::stage::identify::identify;
 use crate::proxy::stage::validate::Arguments;
+use crate::telemetry::spans::CallSpan;
 use crate::tls::PeerIdentity;
 
 /// Serves one agent request.
@@ -34,19 +37,7 @@ pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body
     let started = Instant::now();
     let span = gate.tracing.start_call(request.headers());
     let trace_id = span.trace_id().to_string();
-    let task = tokio::spawn(async move {
-        let mut outcome = Outcome::new(span, started);
-        let response = match process(&gate, request, &mut outcome).await {
-            Ok(response) => response,
-            Err(reject) => {
-                outcome.code = Some(reject.code);
-                outcome.rule = reject.rule.clone();
-                into_response(&reject, outcome.trace_id())
-            }
-        };
-        outcome.finish(response, &gate.metrics, &gate.audit).await
-    });
-    match task.await {
+    match tokio::spawn(call(gate, request, span, started)).await {
         Ok(response) => response,
         Err(e) => {
             // Only a bug gets here; the agent gets a generic, retryable answer.
@@ -57,6 +48,30 @@ pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body
             )
         }
     }
+}
+
+/// The whole call, as the task that runs it. Boxed: the state machine of every stage is
+/// kilobytes, and unboxed it would be copied whole into the task and again each time the
+/// task's state changes.
+fn call(
+    gate: Arc<Gate>,
+    request: Request<Incoming>,
+    span: CallSpan,
+    started: Instant,
+) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> {
+    Box::pin(async move {
+        let mut outcome = Outcome::new(span, started);
+        outcome.audited = gate.audit.is_on();
+        let response = match process(&gate, request, &mut outcome).await {
+            Ok(response) => response,
+            Err(reject) => {
+                outcome.code = Some(reject.code);
+                outcome.rule = reject.rule.clone();
+                into_response(&reject, outcome.trace_id())
+            }
+        };
+        outcome.finish(response, &gate.metrics, &gate.audit).await
+    })
 }
 
 async fn process(
@@ -78,7 +93,11 @@ async fn process(
         .map_err(|m| Reject::new(Code::MalformedRequest, m))?;
     // MCP has its own dispatch: JSON-RPC messages and batches, streams (proxy::mcp).
     if parts.uri.path() == gate.mcp_path {
-        return crate::proxy::mcp::handle(gate, parts, body, session, outcome).await;
+        // Boxed, so the REST path's state machine doesn't carry the MCP one's size.
+        return Box::pin(crate::proxy::mcp::handle(
+            gate, parts, body, session, outcome,
+        ))
+        .await;
     }
     // Fail closed: without a snapshot nothing is known to be allowed.
     let snapshot = gate
@@ -115,7 +134,8 @@ async fn process(
         headers: &parts.headers,
         session: session.as_deref(),
     };
-    let raw_args = call.args.clone();
+    // Kept only where a shadow policy may forward the call unvalidated.
+    let raw_args = policy.shadow.then(|| call.args.clone());
     let args = match decide(
         &gate.ledger,
         policy,
@@ -136,7 +156,7 @@ async fn process(
             outcome.code = Some(reject.code);
             outcome.rule = reject.rule;
             Arguments {
-                value: raw_args,
+                value: raw_args.unwrap_or_default(),
                 filled: false,
             }
         }

@@ -163,6 +163,11 @@ impl CallSpan {
         &self.trace_id
     }
 
+    /// Whether the span is exported (else attributes need not be built).
+    pub fn is_recording(&self) -> bool {
+        self.cx.is_some()
+    }
+
     /// A stage outcome, as a span event.
     pub fn event(&self, name: &'static str, attributes: Vec<KeyValue>) {
         if let Some(cx) = &self.cx {

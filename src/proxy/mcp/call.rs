@@ -78,7 +78,8 @@ pub fn govern<'s>(
         headers: &ex.parts.headers,
         session: ex.session,
     };
-    let raw_args = args.clone();
+    // Kept only where a shadow policy may forward the call unvalidated.
+    let raw_args = policy.shadow.then(|| args.clone());
     let args = match decide(
         &ex.gate.ledger,
         policy,
@@ -98,7 +99,7 @@ pub fn govern<'s>(
             outcome.code = Some(reject.code);
             outcome.rule = reject.rule;
             Arguments {
-                value: raw_args,
+                value: raw_args.unwrap_or_default(),
                 filled: false,
             }
         }
@@ -210,6 +211,7 @@ impl FollowUp {
         copy.session = outcome.session.clone();
         copy.tool = outcome.tool.clone();
         copy.args_digest = outcome.args_digest.clone();
+        copy.audited = outcome.audited;
         copy.captured_args = outcome.captured_args.clone();
         copy.decision = outcome.decision;
         copy.policy_version = outcome.policy_version;

@@ -251,6 +251,7 @@ impl Exchange<'_> {
             self.gate.tracing.start_call(&self.parts.headers),
             Instant::now(),
         );
+        outcome.audited = self.gate.audit.is_on();
         outcome.agent = Some(self.agent.id.to_string());
         outcome.session = self.session.map(str::to_string);
         outcome.policy_version = self.snapshot.as_ref().map(|s| s.version);

@@ -66,8 +66,13 @@ pub fn classify(
                 "the body must be a JSON object",
             ));
         };
-        for (name, value) in fields {
-            insert(&mut args, &name, value)?;
+        if args.is_empty() {
+            // Nothing came from the path or query: the body's object is the arguments.
+            args = fields;
+        } else {
+            for (name, value) in fields {
+                insert(&mut args, &name, value)?;
+            }
         }
     }
     Ok(Call {

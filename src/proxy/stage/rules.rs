@@ -6,91 +6,102 @@ use crate::control::rule::{Bindings, Failure};
 use crate::proxy::reject::{Code, Recovery, Reject};
 
 pub fn check(grant: &Grant, bindings: &Bindings) -> Result<(), Reject> {
-    for rule in &grant.rules {
-        let Err(failure) = rule.evaluate(bindings) else {
-            continue;
-        };
-        let (code, default_message) = match (&failure, rule.reads_task) {
-            (Failure::NoTask, _) => (
-                Code::OutOfTaskScope,
-                "this call needs a confirmed task: send X-Toolgate-Task".to_string(),
+    // One scope for all the rules: the variables are bound once per call.
+    let failed = bindings.scope(|scope| {
+        grant
+            .rules
+            .iter()
+            .find_map(|rule| rule.evaluate_in(scope).err().map(|f| (rule, f)))
+    });
+    let Some((rule, failure)) = failed else {
+        return Ok(());
+    };
+    let (code, default_message) = match (&failure, rule.reads_task) {
+        (Failure::NoTask, _) => (
+            Code::OutOfTaskScope,
+            "this call needs a confirmed task: send X-Toolgate-Task".to_string(),
+        ),
+        (Failure::False, true) => (
+            Code::OutOfTaskScope,
+            format!(
+                "the call is outside the confirmed task (rule {})",
+                rule.name
             ),
-            (Failure::False, true) => (
-                Code::OutOfTaskScope,
+        ),
+        (Failure::False, false) => (
+            Code::PolicyDenied,
+            format!("rule {} denies this call", rule.name),
+        ),
+        (Failure::Error(e), task) => {
+            // Fail closed; the evaluation error is for operators, not for the agent.
+            tracing::warn!(rule = %rule.name, error = %e, "rule evaluation failed; denying");
+            let code = if task {
+                Code::OutOfTaskScope
+            } else {
+                Code::PolicyDenied
+            };
+            (
+                code,
                 format!(
-                    "the call is outside the confirmed task (rule {})",
+                    "rule {} could not be evaluated for these arguments",
                     rule.name
                 ),
-            ),
-            (Failure::False, false) => (
-                Code::PolicyDenied,
-                format!("rule {} denies this call", rule.name),
-            ),
-            (Failure::Error(e), task) => {
-                // Fail closed; the evaluation error is for operators, not for the agent.
-                tracing::warn!(rule = %rule.name, error = %e, "rule evaluation failed; denying");
-                let code = if task {
-                    Code::OutOfTaskScope
-                } else {
-                    Code::PolicyDenied
-                };
-                (
-                    code,
-                    format!(
-                        "rule {} could not be evaluated for these arguments",
-                        rule.name
-                    ),
-                )
-            }
-        };
-        let message = match (&failure, &rule.message) {
-            (Failure::NoTask, _) | (_, None) => default_message,
-            (_, Some(m)) => m.clone(),
-        };
-        let recovery = if code == Code::OutOfTaskScope {
-            Recovery::AskUser
-        } else {
-            rule.recovery.unwrap_or(Recovery::Stop)
-        };
-        return Err(Reject::new(code, message)
-            .with_rule(rule.name.clone())
-            .with_recovery(recovery));
-    }
-    Ok(())
+            )
+        }
+    };
+    let message = match (&failure, &rule.message) {
+        (Failure::NoTask, _) | (_, None) => default_message,
+        (_, Some(m)) => m.clone(),
+    };
+    let recovery = if code == Code::OutOfTaskScope {
+        Recovery::AskUser
+    } else {
+        rule.recovery.unwrap_or(Recovery::Stop)
+    };
+    Err(Reject::new(code, message)
+        .with_rule(rule.name.clone())
+        .with_recovery(recovery))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::rule::{Bindings, CompiledRule};
+    use crate::control::rule::{Bindings, CompiledRule, Reads};
     use crate::crd::Rule;
     use serde_json::json;
+    use std::borrow::Cow;
 
     fn mk_grant(rules: &[(&str, &str, Option<&str>, Option<Recovery>)]) -> Grant {
+        let rules: Vec<CompiledRule> = rules
+            .iter()
+            .map(|(name, expr, message, recovery)| {
+                CompiledRule::compile(&Rule {
+                    name: name.to_string(),
+                    expr: expr.to_string(),
+                    message: message.map(str::to_string),
+                    recovery: *recovery,
+                })
+                .unwrap()
+            })
+            .collect();
+        let reads = rules
+            .iter()
+            .fold(Reads::default(), |all, r| all.union(r.reads));
         Grant {
             rate_limit: None,
-            rules: rules
-                .iter()
-                .map(|(name, expr, message, recovery)| {
-                    CompiledRule::compile(&Rule {
-                        name: name.to_string(),
-                        expr: expr.to_string(),
-                        message: message.map(str::to_string),
-                        recovery: *recovery,
-                    })
-                    .unwrap()
-                })
-                .collect(),
+            rules,
+            reads,
         }
     }
 
-    fn mk_bindings(args: serde_json::Value, task: Option<serde_json::Value>) -> Bindings {
-        let (agent, session, request) = (
-            json!({"id": "bot", "claims": {}}),
-            json!({"id": null, "calls": 0}),
-            json!({}),
-        );
-        Bindings::new(&args, &agent, task.as_ref(), &session, &request).unwrap()
+    fn mk_bindings(args: serde_json::Value, task: Option<serde_json::Value>) -> Bindings<'static> {
+        Bindings {
+            args: Some(Cow::Owned(args)),
+            agent: Some(Cow::Owned(json!({"id": "bot", "claims": {}}))),
+            task: task.map(Cow::Owned),
+            session: Some(Cow::Owned(json!({"id": null, "calls": 0}))),
+            request: Some(Cow::Owned(json!({}))),
+        }
     }
 
     #[test]
