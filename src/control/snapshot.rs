@@ -44,7 +44,7 @@ impl Snapshot {
         version: u64,
     ) -> (Snapshot, Vec<ManifestError>) {
         // One large-stack thread parses every rule, not a thread per rule.
-        super::rule::with_parser_stack(|| Snapshot::build_here(objects, opts, version))
+        super::parser::with_parser_stack(|| Snapshot::build_here(objects, opts, version))
     }
 
     fn build_here(
