@@ -105,8 +105,9 @@ def main(path):
     print()
     print("resident memory (MB): idle after start / after the load / peak")
     for t in TARGETS:
-        r = rss.get(t, {})
-        print(f"  {NAMES[t]:<18} {r.get('idle', 0):6.1f} / {r.get('after', 0):6.1f} / {r.get('peak', 0):6.1f}")
+        r = rss.get(t)
+        if r and r.get("peak"):
+            print(f"  {NAMES[t]:<18} {r.get('idle', 0):6.1f} / {r.get('after', 0):6.1f} / {r['peak']:6.1f}")
     if "audit_records" in notes:
         print(f"full toolgate wrote {notes['audit_records']} audit records; OTLP sink: {notes.get('spans', '?')}")
 

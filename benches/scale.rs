@@ -6,8 +6,9 @@
 //! cargo bench --bench scale
 //! ```
 //!
-//! Calls rotate over agents and tools spread through the whole set, so the lookups touch
-//! cold parts of the tables as they would with many agents, not one hot entry.
+//! Calls rotate over agents and tools spread through the whole set: 10 of them (`hot`,
+//! the lookups' own cost) or up to 1,024 (`spread`, a working set that outgrows CPU
+//! caches as it would with many active agents).
 //! `cargo run --release --example benchkit -- session-memory` gives the memory curve.
 
 mod common;
@@ -41,40 +42,49 @@ fn per_call(c: &mut Criterion) {
         Capacity::from_settings(&toolgate::config::Limits::default()),
         Clock::real(),
     );
-    let mut group = c.benchmark_group("scale/call");
     for &n in sizes {
         let snapshot = common::snapshot_of(&common::scaled_objects(n));
-        let calls: Vec<(String, String, Agent)> = (0..1024)
-            .map(|k| {
-                let i = pick(k, n);
-                let agent = Agent {
-                    id: format!("agent-{i}").into(),
-                    claims: serde_json::json!({}),
-                };
-                (format!("/t{i}/search/orders"), format!("tool_{i}"), agent)
-            })
-            .collect();
-        let mut k = 0;
-        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-            b.iter(|| {
-                let (path, name, agent) = &calls[k % calls.len()];
-                k += 1;
-                let call = classify(&snapshot, &Method::POST, path, None, &body).unwrap();
-                // The MCP path looks tools up by name instead of by route.
-                assert_eq!(snapshot.tool(name), Some(call.tool));
-                let policy = authorize::policy(&snapshot, &agent.id).unwrap();
-                let view = RequestView {
-                    method: "POST",
-                    path,
-                    headers: &headers,
-                    session: None,
-                };
-                let contract = snapshot.contract(call.tool);
-                decide(&ledger, policy, agent, contract, call.args, &view, None).unwrap()
-            })
-        });
+        // `hot`: the same 10 agents and tools whatever the size, spread through the
+        // tables: what a bigger policy set costs the lookups themselves. `spread`: up to
+        // 1,024 different ones, so the working set grows with the set (CPU caches miss).
+        for (variant, distinct) in [("hot", 10), ("spread", 1024)] {
+            let calls: Vec<(String, String, Agent)> = (0..distinct)
+                .map(|k| {
+                    let i = if variant == "hot" {
+                        k * n / distinct
+                    } else {
+                        pick(k, n)
+                    };
+                    let agent = Agent {
+                        id: format!("agent-{i}").into(),
+                        claims: serde_json::json!({}),
+                    };
+                    (format!("/t{i}/search/orders"), format!("tool_{i}"), agent)
+                })
+                .collect();
+            let mut k = 0;
+            let mut group = c.benchmark_group(format!("scale/call_{variant}"));
+            group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+                b.iter(|| {
+                    let (path, name, agent) = &calls[k % calls.len()];
+                    k += 1;
+                    let call = classify(&snapshot, &Method::POST, path, None, &body).unwrap();
+                    // The MCP path looks tools up by name instead of by route.
+                    assert_eq!(snapshot.tool(name), Some(call.tool));
+                    let policy = authorize::policy(&snapshot, &agent.id).unwrap();
+                    let view = RequestView {
+                        method: "POST",
+                        path,
+                        headers: &headers,
+                        session: None,
+                    };
+                    let contract = snapshot.contract(call.tool);
+                    decide(&ledger, policy, agent, contract, call.args, &view, None).unwrap()
+                })
+            });
+            group.finish();
+        }
     }
-    group.finish();
 }
 
 fn snapshot_build(c: &mut Criterion) {

@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod contract;
 pub mod files;
 pub mod index;
+pub mod parser;
 pub mod policy;
 pub mod publish;
 pub mod quota;

@@ -3,18 +3,19 @@
 //! Compilation also bounds cost and depth, since CEL can't be interrupted once it runs
 //! and recurses on the stack: a source has at most [`MAX_SOURCE`] bytes, the tree at most
 //! [`MAX_NODES`] nodes and [`MAX_DEPTH`] levels, and no comprehension (`all`, `exists`,
-//! `map`, `filter`) nests inside another. Parsing runs on its own thread with a large
-//! stack, so even a hostile expression is rejected rather than crashing the process.
+//! `map`, `filter`) nests inside another. Parsing runs on a thread with a large stack
+//! ([`super::parser`]), so even a hostile expression is rejected rather than crashing
+//! the process.
 //! Evaluation is then linear in the size of the validated arguments, which
 //! `limits.maxBodyBytes` bounds. Only the five variables of DESIGN §2 and the functions in
 //! [`FUNCTIONS`] may be used; anything else is a compile error, not a runtime surprise.
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::parser::Parser;
 use cel::Value;
 use std::collections::HashSet;
 
 pub use super::bindings::{Bindings, Reads, Scope};
+use super::parser::parse;
 use crate::crd::Rule;
 use crate::proxy::reject::Recovery;
 
@@ -42,7 +43,6 @@ pub const FUNCTIONS: [&str; 17] = [
     "exists",
     "all",
 ];
-const PARSER_STACK: usize = 64 << 20;
 
 pub struct CompiledRule {
     pub name: String,
@@ -140,24 +140,6 @@ impl CompiledRule {
             Err(e) => Err(Failure::Error(e.to_string())),
         }
     }
-}
-
-/// Parses on a thread with a large stack: the parser recurses, and a hostile expression
-/// must fail to compile, not overflow the sidecar's stack.
-fn parse(source: &str) -> Result<IdedExpr, String> {
-    let owned = source.to_string();
-    std::thread::Builder::new()
-        .name("toolgate-cel-parse".into())
-        .stack_size(PARSER_STACK)
-        .spawn(move || {
-            Parser::new()
-                .max_recursion_depth(MAX_DEPTH as u16)
-                .parse(&owned)
-        })
-        .map_err(|e| format!("cannot start the CEL parser: {e}"))?
-        .join()
-        .map_err(|_| "the CEL parser failed on this expression".to_string())?
-        .map_err(|e| format!("CEL syntax: {e}"))
 }
 
 fn is_operator(name: &str) -> bool {

@@ -43,6 +43,15 @@ impl Snapshot {
         opts: &BuildOptions,
         version: u64,
     ) -> (Snapshot, Vec<ManifestError>) {
+        // One large-stack thread parses every rule, not a thread per rule.
+        super::parser::with_parser_stack(|| Snapshot::build_here(objects, opts, version))
+    }
+
+    fn build_here(
+        objects: &[Object],
+        opts: &BuildOptions,
+        version: u64,
+    ) -> (Snapshot, Vec<ManifestError>) {
         let mut sorted: Vec<&Object> = objects
             .iter()
             .filter(|o| selected(o, opts.pod_labels.as_ref()))
@@ -267,6 +276,25 @@ spec:
             Some("spec.tools[0].rules[0].expr")
         );
         assert_eq!(errors[0].object.as_deref(), Some("AgentPolicy/ops-bot"));
+    }
+
+    #[test]
+    fn hostile_rules_fail_alone_on_the_shared_parser_thread() {
+        let deep = format!("{}1{}", "(".repeat(2000), ")".repeat(2000));
+        let text = BASE.replace(
+            "{name: read_logs}",
+            &format!("{{name: read_logs, rules: [{{name: ok, expr: 'args.n > 1'}}, {{name: deep, expr: '{deep}'}}]}}"),
+        );
+        let (s, errors) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0].field.as_deref(),
+            Some("spec.tools[0].rules[1].expr")
+        );
+        assert!(s.policy_for("ops-bot").is_none());
+        // The next build still parses on a healthy thread.
+        let (_, errors) = Snapshot::build(&mk_objects(BASE), &BuildOptions::default(), 2);
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     #[test]
