@@ -8,6 +8,11 @@ use std::process::ExitCode;
 use toolgate::config::Settings;
 use toolgate::sidecar::Sidecar;
 
+/// Requests allocate and free small buffers on one worker and drop them on another;
+/// mimalloc's per-thread heaps take that without glibc's arena locks (BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "toolgate",

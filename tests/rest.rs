@@ -428,3 +428,33 @@ async fn an_audit_log_that_fills_up_refuses_the_calls_after() {
     );
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_call_still_gets_the_call_audited() {
+    use tokio::io::AsyncWriteExt;
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let addr = h.base.trim_start_matches("http://").to_string();
+    let mut client = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head =
+        format!("GET /slow HTTP/1.1\r\nhost: sidecar\r\nauthorization: Bearer {OPS_TOKEN}\r\n\r\n");
+    client.write_all(head.as_bytes()).await.unwrap();
+    // The backend holds the call (1.5 s, past the tool's 300 ms timeout); the agent
+    // gives up and closes its connection while it runs.
+    for _ in 0..100 {
+        if backend.count() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(backend.count(), 1, "the call reached the backend");
+    drop(client);
+    // The call still runs to its end (the timeout) and leaves its record.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let dir = h.stop_keeping_files().await;
+    let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    assert_eq!(toolgate::audit::verify::verify(&text), Ok(1), "{text}");
+    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(record["tool"], "slow_export");
+    assert_eq!(record["code"], "BACKEND_TIMEOUT");
+}

@@ -24,6 +24,10 @@ mod task_token;
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 
+/// The same allocator as the toolgate binary, so the bare proxy stays a fair floor.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "benchkit", about = "helpers for bench/run.sh")]
 struct Cli {

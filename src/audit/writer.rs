@@ -18,6 +18,10 @@ const BATCH: usize = 512;
 /// Linked lines kept while the sink is failing; past this, calls wait.
 const MAX_PENDING: usize = 65_536;
 const RETRY: Duration = Duration::from_secs(1);
+/// How long a batch waits for more records before it is written: the log trails calls
+/// by at most this much, and a busy sidecar writes (and wakes a blocking thread) a few
+/// hundred times a second rather than once every few calls.
+const LINGER: Duration = Duration::from_millis(2);
 
 enum Msg {
     Record(Box<Entry>),
@@ -216,7 +220,19 @@ async fn run(
             tokio::time::sleep(RETRY).await;
             false
         } else if pending.is_empty() && healthy.load(Ordering::Relaxed) {
-            rx.recv_many(&mut batch, BATCH).await == 0
+            let closed = rx.recv_many(&mut batch, BATCH).await == 0;
+            if !closed && batch.len() < BATCH {
+                // Group commit: under load, records arrive a few per microsecond; waiting
+                // a moment gathers them into one write instead of one per wake-up.
+                tokio::time::sleep(LINGER).await;
+                while batch.len() < BATCH {
+                    match rx.try_recv() {
+                        Ok(msg) => batch.push(msg),
+                        Err(_) => break,
+                    }
+                }
+            }
+            closed
         } else {
             matches!(
                 tokio::time::timeout(RETRY, rx.recv_many(&mut batch, BATCH)).await,

@@ -35,17 +35,22 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
+    let named = connection_named(headers);
+    for name in HOP_BY_HOP.iter().chain(named.iter()) {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// The headers the `Connection` header names as hop-by-hop.
+fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in HOP_BY_HOP.iter().chain(named.iter()) {
-        headers.remove(name);
-    }
-    headers.remove(header::UPGRADE);
+        .collect()
 }
 
 /// Removes every `X-Toolgate-*` header.
@@ -61,17 +66,27 @@ pub fn strip_toolgate(headers: &mut HeaderMap) {
 }
 
 /// The headers a backend receives: the agent's, cleaned, plus who/what/which session.
+/// One pass that copies what may cross (values are shared, not copied), rather than a
+/// clone followed by a removal per filtered name: this runs on every call.
 pub fn to_backend(
     inbound: &HeaderMap,
     agent: &str,
     session: Option<&str>,
     tool: &str,
 ) -> HeaderMap {
-    let mut headers = inbound.clone();
-    strip_hop_by_hop(&mut headers);
-    strip_toolgate(&mut headers);
-    headers.remove(header::AUTHORIZATION);
-    headers.remove(header::CONTENT_LENGTH);
+    let named = connection_named(inbound);
+    let mut headers = HeaderMap::with_capacity(inbound.keys_len() + 3);
+    for (name, value) in inbound {
+        let dropped = HOP_BY_HOP.contains(name)
+            || name == header::UPGRADE
+            || name == header::AUTHORIZATION
+            || name == header::CONTENT_LENGTH
+            || name.as_str().starts_with(PREFIX)
+            || named.contains(name);
+        if !dropped {
+            headers.append(name.clone(), value.clone());
+        }
+    }
     for (name, value) in [(AGENT, Some(agent)), (SESSION, session), (TOOL, Some(tool))] {
         if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
             headers.insert(HeaderName::from_static(name), v);
@@ -145,7 +160,16 @@ mod tests {
         h.insert("connection", "close, x-secret-hop".parse().unwrap());
         h.insert("x-secret-hop", "1".parse().unwrap());
         h.insert("accept", "application/json".parse().unwrap());
+        h.insert("content-length", "12".parse().unwrap());
+        h.insert("upgrade", "websocket".parse().unwrap());
+        h.append("x-multi", "a".parse().unwrap());
+        h.append("x-multi", "b".parse().unwrap());
         let out = to_backend(&h, "ops-bot", Some("s1"), "read_logs");
+        assert!(out.get("content-length").is_none());
+        assert!(out.get("upgrade").is_none());
+        assert!(out.get("connection").is_none());
+        let multi: Vec<_> = out.get_all("x-multi").iter().collect();
+        assert_eq!(multi, ["a", "b"], "repeated headers cross in order");
         assert!(out.get("authorization").is_none());
         assert!(out.get("x-toolgate-decision").is_none());
         assert!(out.get("x-secret-hop").is_none());

@@ -2,6 +2,7 @@
 
 pub mod body;
 pub mod decide;
+pub mod detach;
 pub mod exchange;
 pub mod gate;
 pub mod headers;

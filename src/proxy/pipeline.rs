@@ -5,21 +5,21 @@
 //!   → dedupe → session → forward → shape
 //! ```
 //!
-//! Each request loads the snapshot once and uses that version throughout. The pipeline
-//! runs in its own task, so a client that disconnects can't cut a backend call or its
-//! audit record in half.
+//! Each request loads the snapshot once and uses that version throughout. A client that
+//! disconnects can't cut a backend call or its audit record in half: the call then
+//! finishes detached ([`Detached`]).
 
 use bytes::Bytes;
 use http::{header, Request, Response};
 use hyper::body::Incoming;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::limits::Call;
 use crate::proxy::body::{read_limited, Body, ReadError};
 use crate::proxy::decide::{decide, RequestView};
+use crate::proxy::detach::{self, Detached};
 use crate::proxy::gate::Gate;
 use crate::proxy::headers;
 use crate::proxy::outcome::{Decision, Outcome};
@@ -32,33 +32,32 @@ use crate::proxy::stage::validate::Arguments;
 use crate::telemetry::spans::CallSpan;
 use crate::tls::PeerIdentity;
 
-/// Serves one agent request.
-pub async fn serve(gate: Arc<Gate>, request: Request<Incoming>) -> Response<Body> {
+/// Serves one agent request. The call runs in the connection's task; if the client
+/// leaves first, the call finishes in a task of its own ([`Detached`]).
+pub fn serve(
+    gate: Arc<Gate>,
+    request: Request<Incoming>,
+) -> impl Future<Output = Response<Body>> + Send {
     let started = Instant::now();
     let span = gate.tracing.start_call(request.headers());
     let trace_id = span.trace_id().to_string();
-    match tokio::spawn(call(gate, request, span, started)).await {
-        Ok(response) => response,
-        Err(e) => {
-            // Only a bug gets here; the agent gets a generic, retryable answer.
-            tracing::error!(error = %e, "request task failed");
-            into_response(
-                &Reject::new(Code::NotReady, "the gateway failed to handle the call"),
-                &trace_id,
-            )
-        }
-    }
+    Detached::new(call(gate, request, span, started), move || {
+        // Only a bug gets here; the agent gets a generic, retryable answer.
+        into_response(
+            &Reject::new(Code::NotReady, "the gateway failed to handle the call"),
+            &trace_id,
+        )
+    })
 }
 
-/// The whole call, as the task that runs it. Boxed: the state machine of every stage is
-/// kilobytes, and unboxed it would be copied whole into the task and again each time the
-/// task's state changes.
+/// The whole call. Boxed: the state machine of every stage is kilobytes, and unboxed it
+/// would be copied whole into the connection's future and again each time it moves.
 fn call(
     gate: Arc<Gate>,
     request: Request<Incoming>,
     span: CallSpan,
     started: Instant,
-) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> {
+) -> detach::Call<Response<Body>> {
     Box::pin(async move {
         let mut outcome = Outcome::new(span, started);
         outcome.audited = gate.audit.is_on();

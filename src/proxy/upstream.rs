@@ -5,6 +5,7 @@
 //! stack traces, SQL or hostnames stop here.
 
 use bytes::Bytes;
+use http::uri::{self, Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -19,8 +20,11 @@ use crate::proxy::reject::{Code, Recovery, Reject};
 #[derive(Clone)]
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
-    /// `http://host:port` plus an optional path prefix, without a trailing slash.
-    base: String,
+    /// Parsed once: every call's URI is these plus its own path.
+    scheme: Scheme,
+    authority: Authority,
+    /// The upstream URL's path prefix, without a trailing slash (often empty).
+    prefix: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -50,10 +54,36 @@ impl Upstream {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(512)
             .build(connector);
+        let parts = uri.into_parts();
+        let (Some(scheme), Some(authority)) = (parts.scheme, parts.authority) else {
+            return Err(BadUpstream(url.into()));
+        };
+        let prefix = parts
+            .path_and_query
+            .as_ref()
+            .map_or("", |p| p.path())
+            .trim_end_matches('/')
+            .to_string();
         Ok(Upstream {
             client,
-            base: url.trim_end_matches('/').to_string(),
+            scheme,
+            authority,
+            prefix,
         })
+    }
+
+    /// The backend URI of a call's path and query; `None` if it isn't a valid one.
+    fn uri(&self, path_and_query: &str) -> Option<Uri> {
+        let path = if self.prefix.is_empty() {
+            PathAndQuery::try_from(path_and_query)
+        } else {
+            PathAndQuery::try_from(format!("{}{path_and_query}", self.prefix))
+        };
+        let mut parts = uri::Parts::default();
+        parts.scheme = Some(self.scheme.clone());
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = Some(path.ok()?);
+        Uri::from_parts(parts).ok()
     }
 
     /// Sends one request and waits for the response head within `timeout`.
@@ -65,7 +95,7 @@ impl Upstream {
         body: Bytes,
         timeout: Duration,
     ) -> Result<Response<Incoming>, Failure> {
-        let uri = format!("{}{}", self.base, path_and_query);
+        let uri = self.uri(path_and_query).ok_or(Failure::Unavailable)?;
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(h) = request.headers_mut() {
             *h = headers;
@@ -186,5 +216,18 @@ mod tests {
         assert!(Upstream::new("https://x:1").is_err());
         assert!(Upstream::new("nope").is_err());
         assert!(Upstream::new("http://127.0.0.1:8080/").is_ok());
+    }
+
+    #[test]
+    fn call_paths_join_the_upstream_prefix() {
+        let plain = Upstream::new("http://127.0.0.1:8080/").unwrap();
+        let uri = |u: &Upstream, p: &str| u.uri(p).map(|u| u.to_string());
+        assert_eq!(
+            uri(&plain, "/a?b=1").as_deref(),
+            Some("http://127.0.0.1:8080/a?b=1")
+        );
+        let nested = Upstream::new("http://svc:9000/api/").unwrap();
+        assert_eq!(uri(&nested, "/a").as_deref(), Some("http://svc:9000/api/a"));
+        assert_eq!(uri(&plain, "/a b"), None, "never sent somewhere else");
     }
 }

@@ -1,0 +1,124 @@
+//! A call that finishes even when its client leaves.
+//!
+//! hyper drops a request's future when the client disconnects. A tool call must not stop
+//! half-way there: the backend may be mid-call and the audit record not yet written. A
+//! [`Detached`] call runs inline in the connection's task (no task spawned, no wake-up
+//! across workers for the common case) and, if dropped before it completes, hands the
+//! rest of itself to a new task that runs it to the end and discards the response.
+
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A boxed call: movable while pinned, so it can leave for a task of its own when dropped.
+pub type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+pub struct Detached<T: Send + 'static> {
+    call: Option<Call<T>>,
+    /// The answer when the call panicked: only a bug gets there.
+    on_panic: Option<Box<dyn FnOnce() -> T + Send>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    pub fn new(call: Call<T>, on_panic: impl FnOnce() -> T + Send + 'static) -> Detached<T> {
+        Detached {
+            call: Some(call),
+            on_panic: Some(Box::new(on_panic)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        // Every field is Unpin (the call is boxed), so the wrapper needs no pin projection.
+        let this = self.get_mut();
+        let Some(call) = this.call.as_mut() else {
+            panic!("Detached polled after it completed");
+        };
+        match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => {
+                this.call = None;
+                Poll::Ready(out)
+            }
+            Err(_) => {
+                this.call = None;
+                tracing::error!("a call panicked; answering with a generic error");
+                let answer = this.on_panic.take().expect("on_panic is used once");
+                Poll::Ready(answer())
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        // Dropped mid-call: the client is gone, the call is not.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = call.await;
+                });
+            }
+            Err(_) => tracing::warn!("a call was cut short: no runtime to finish it on"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn answers_inline() {
+        let call = Detached::new(Box::pin(async { 7 }), || 0);
+        assert_eq!(call.await, 7);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_call_still_runs_to_its_end() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let done = finished.clone();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let call = Detached::new(
+            Box::pin(async move {
+                let _ = started_tx.send(());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                done.store(true, Ordering::SeqCst);
+                1
+            }),
+            || 0,
+        );
+        // The client leaves once the call is under way.
+        let client = tokio::spawn(call);
+        started_rx.await.unwrap();
+        client.abort();
+        assert!(client.await.unwrap_err().is_cancelled());
+        assert!(!finished.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(finished.load(Ordering::SeqCst), "the call ran to its end");
+    }
+
+    #[tokio::test]
+    async fn a_panic_becomes_the_fallback_answer() {
+        let call = Detached::new(
+            Box::pin(async {
+                if std::hint::black_box(true) {
+                    panic!("bug");
+                }
+                1
+            }),
+            || 503,
+        );
+        assert_eq!(call.await, 503);
+    }
+}
