@@ -29,6 +29,10 @@ use toolgate::telemetry::metrics::Metrics;
 
 use common::{inproc, AGENT};
 
+/// The allocator the toolgate binary ships with, so the numbers are its numbers.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn ledger() -> Ledger {
     Ledger::new(
         Capacity::from_settings(&toolgate::config::Limits::default()),

@@ -24,6 +24,10 @@ use toolgate::proxy::stage::authorize;
 use toolgate::proxy::stage::classify::classify;
 use toolgate::proxy::stage::identify::Agent;
 
+/// The allocator the toolgate binary ships with, so the numbers are its numbers.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Which of `n` agents/tools the k-th call uses: a fixed spread over the whole range.
 fn pick(k: usize, n: usize) -> usize {
     (k.wrapping_mul(2_654_435_761) >> 7) % n
