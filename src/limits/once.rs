@@ -207,6 +207,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_lead_dropped_mid_send_still_answers_its_duplicates() {
+        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let args = json!({});
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let lead = {
+            let dedupe = dedupe.clone();
+            let args = args.clone();
+            tokio::spawn(async move {
+                let call = Call::new("bot", None, "t", &args, None);
+                let send = async move {
+                    let _ = started_tx.send(());
+                    let _ = rx.await;
+                    mk_answer()
+                };
+                run(&dedupe, &call, WINDOW, WINDOW, || Ok(()), send).await
+            })
+        };
+        // The first request goes away (its client hung up) while its send runs.
+        started_rx.await.unwrap();
+        lead.abort();
+        assert!(lead.await.unwrap_err().is_cancelled());
+        tx.send(()).unwrap();
+        let call = Call::new("bot", None, "t", &args, None);
+        let got = run(
+            &dedupe,
+            &call,
+            WINDOW,
+            Duration::from_secs(5),
+            || Ok(()),
+            never(),
+        )
+        .await
+        .unwrap();
+        assert!(got.replayed, "the send was not cut short with its request");
+        assert!(matches!(&*got.settled, Settled::Answered(_)));
+    }
+
+    #[tokio::test]
     async fn a_refused_lead_is_not_sent_and_is_forgotten() {
         let dedupe = Dedupe::new(1 << 20, Clock::fake());
         let args = json!({});
