@@ -20,14 +20,10 @@ use toolgate::crd::{RateLimit, SessionLimits};
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
+#[path = "common/rss.rs"]
+mod rss;
+
+use rss::rss_kib;
 
 fn main() {
     let count: u64 = std::env::args()

@@ -238,29 +238,11 @@ mod tests {
             ..defaults
         };
         let tree = serde_json::to_value(&s).unwrap();
-        let mut leaves = Vec::new();
-        collect_leaves(&tree, String::new(), &mut leaves);
-        for leaf in leaves {
+        for leaf in crate::config::file::leaves(&tree) {
             assert!(
                 KEYS.iter().any(|(k, _)| *k == leaf),
                 "settings key {leaf} has no TOOLGATE_* variable"
             );
-        }
-    }
-
-    fn collect_leaves(value: &Value, prefix: String, out: &mut Vec<String>) {
-        match value {
-            Value::Object(map) => {
-                for (k, v) in map {
-                    let path = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    collect_leaves(v, path, out);
-                }
-            }
-            _ => out.push(prefix),
         }
     }
 }

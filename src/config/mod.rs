@@ -5,6 +5,7 @@
 //! and certificates are the parts that reload.
 
 pub mod env;
+pub mod file;
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -274,16 +275,7 @@ impl Settings {
         file: Option<&Path>,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, SettingsError> {
-        let (origin, text) = match file {
-            Some(path) => (
-                path.display().to_string(),
-                std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })?,
-            ),
-            None => ("defaults".to_string(), String::new()),
-        };
+        let (origin, text) = file::read(file)?;
         Settings::parse(&origin, &text, vars)
     }
 
@@ -292,21 +284,7 @@ impl Settings {
         text: &str,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, SettingsError> {
-        let invalid = |field: String, message: String| SettingsError::Invalid {
-            origin: origin.to_string(),
-            field,
-            message,
-        };
-        let mut tree: serde_json::Value = if text.trim().is_empty() {
-            serde_json::Value::Object(Default::default())
-        } else {
-            serde_yaml::from_str(text).map_err(|e| invalid("(document)".into(), e.to_string()))?
-        };
-        env::apply(&mut tree, vars).map_err(|(field, message)| invalid(field, message))?;
-        serde_path_to_error::deserialize(tree).map_err(|e| {
-            let path = e.path().to_string();
-            invalid(path, e.into_inner().to_string())
-        })
+        file::parse(origin, text, vars, env::apply)
     }
 }
 

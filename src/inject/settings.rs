@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::sidecar::RESERVED_ENV;
 use crate::config::env::{self, Kind};
+use crate::config::file;
 use crate::config::SettingsError;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -138,16 +139,7 @@ impl InjectSettings {
         file: Option<&Path>,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<InjectSettings, SettingsError> {
-        let (origin, text) = match file {
-            Some(path) => (
-                path.display().to_string(),
-                std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })?,
-            ),
-            None => ("defaults".to_string(), String::new()),
-        };
+        let (origin, text) = file::read(file)?;
         InjectSettings::parse(&origin, &text, vars)
     }
 
@@ -156,24 +148,13 @@ impl InjectSettings {
         text: &str,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<InjectSettings, SettingsError> {
-        let invalid = |field: String, message: String| SettingsError::Invalid {
-            origin: origin.to_string(),
-            field,
-            message,
-        };
-        let mut tree: serde_json::Value = if text.trim().is_empty() {
-            serde_json::Value::Object(Default::default())
-        } else {
-            serde_yaml::from_str(text).map_err(|e| invalid("(document)".into(), e.to_string()))?
-        };
-        env::apply_table(&mut tree, vars, ENV_PREFIX, KEYS, &[])
-            .map_err(|(field, message)| invalid(field, message))?;
-        let settings: InjectSettings = serde_path_to_error::deserialize(tree)
-            .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))?;
+        let settings: InjectSettings = file::parse(origin, text, vars, |tree, vars| {
+            env::apply_table(tree, vars, ENV_PREFIX, KEYS, &[])
+        })?;
         settings
             .sidecar
             .check()
-            .map_err(|(field, message)| invalid(field, message))?;
+            .map_err(|(field, message)| file::invalid(origin, field, message))?;
         Ok(settings)
     }
 }

@@ -121,6 +121,15 @@ mod tests {
         panic!("this call must never be sent")
     }
 
+    /// A duplicate of `call`: it waits `wait` for the first call's outcome, never sends.
+    async fn duplicate(
+        dedupe: &Dedupe,
+        call: &Call<'_>,
+        wait: Duration,
+    ) -> Result<Delivered, Reject> {
+        run(dedupe, call, WINDOW, wait, || Ok(()), never()).await
+    }
+
     #[tokio::test]
     async fn concurrent_duplicates_send_once() {
         let dedupe = Dedupe::new(1 << 20, Clock::fake());
@@ -179,29 +188,15 @@ mod tests {
         .unwrap_err();
         assert_eq!((e.code, e.retryable()), (Code::BackendTimeout, false));
         // A duplicate must not send; it times out too while the first still runs...
-        let e = run(
-            &dedupe,
-            &call,
-            WINDOW,
-            Duration::from_millis(10),
-            || Ok(()),
-            never(),
-        )
-        .await
-        .unwrap_err();
+        let e = duplicate(&dedupe, &call, Duration::from_millis(10))
+            .await
+            .unwrap_err();
         assert_eq!(e.code, Code::BackendTimeout);
         // ...and gets the answer once the first call completes.
         tx.send(()).unwrap();
-        let got = run(
-            &dedupe,
-            &call,
-            WINDOW,
-            Duration::from_secs(5),
-            || Ok(()),
-            never(),
-        )
-        .await
-        .unwrap();
+        let got = duplicate(&dedupe, &call, Duration::from_secs(5))
+            .await
+            .unwrap();
         assert!(got.replayed);
         assert!(matches!(&*got.settled, Settled::Answered(_)));
     }
@@ -231,16 +226,9 @@ mod tests {
         assert!(lead.await.unwrap_err().is_cancelled());
         tx.send(()).unwrap();
         let call = Call::new("bot", None, "t", &args, None);
-        let got = run(
-            &dedupe,
-            &call,
-            WINDOW,
-            Duration::from_secs(5),
-            || Ok(()),
-            never(),
-        )
-        .await
-        .unwrap();
+        let got = duplicate(&dedupe, &call, Duration::from_secs(5))
+            .await
+            .unwrap();
         assert!(got.replayed, "the send was not cut short with its request");
         assert!(matches!(&*got.settled, Settled::Answered(_)));
     }

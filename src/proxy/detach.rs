@@ -14,22 +14,22 @@ use std::task::{Context, Poll};
 /// A boxed call: movable while pinned, so it can leave for a task of its own when dropped.
 pub type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-pub struct Detached<T: Send + 'static> {
+pub struct Detached<T: Send + 'static, F: FnOnce() -> T + Unpin> {
     call: Option<Call<T>>,
     /// The answer when the call panicked: only a bug gets there.
-    on_panic: Option<Box<dyn FnOnce() -> T + Send>>,
+    on_panic: Option<F>,
 }
 
-impl<T: Send + 'static> Detached<T> {
-    pub fn new(call: Call<T>, on_panic: impl FnOnce() -> T + Send + 'static) -> Detached<T> {
+impl<T: Send + 'static, F: FnOnce() -> T + Unpin> Detached<T, F> {
+    pub fn new(call: Call<T>, on_panic: F) -> Detached<T, F> {
         Detached {
             call: Some(call),
-            on_panic: Some(Box::new(on_panic)),
+            on_panic: Some(on_panic),
         }
     }
 }
 
-impl<T: Send + 'static> Future for Detached<T> {
+impl<T: Send + 'static, F: FnOnce() -> T + Unpin> Future for Detached<T, F> {
     type Output = T;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -54,7 +54,7 @@ impl<T: Send + 'static> Future for Detached<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Detached<T> {
+impl<T: Send + 'static, F: FnOnce() -> T + Unpin> Drop for Detached<T, F> {
     fn drop(&mut self) {
         let Some(call) = self.call.take() else {
             return;

@@ -96,28 +96,10 @@ fn every_key_has_a_variable() {
     settings.sidecar.policies_config_map = Some("p".into());
     settings.sidecar.env.insert("A".into(), "b".into());
     let tree = serde_json::to_value(&settings).unwrap();
-    let mut leaves = Vec::new();
-    collect_leaves(&tree, String::new(), &mut leaves);
-    for leaf in leaves {
+    for leaf in crate::config::file::leaves(&tree) {
         let covered = KEYS.iter().any(|(key, kind)| {
             leaf == *key || (matches!(kind, Kind::Yaml) && leaf.starts_with(&format!("{key}.")))
         });
         assert!(covered, "setting {leaf} has no TOOLGATE_INJECT_* variable");
-    }
-}
-
-fn collect_leaves(value: &serde_json::Value, prefix: String, out: &mut Vec<String>) {
-    match value {
-        serde_json::Value::Object(map) if !map.is_empty() => {
-            for (k, v) in map {
-                let path = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                collect_leaves(v, path, out);
-            }
-        }
-        _ => out.push(prefix),
     }
 }

@@ -1,0 +1,11 @@
+//! The process's resident memory, for the examples that measure it.
+
+/// `VmRSS` from `/proc/self/status`, in KiB (0 where there is no such file).
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
