@@ -14,11 +14,13 @@ mod common;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use http::{Method, Request};
 use http_body_util::Full;
+use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Duration;
 
 use toolgate::audit::record::{args_digest, chain, now, GENESIS};
 use toolgate::audit::Entry;
+use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
 use toolgate::proxy::decide::{decide, RequestView};
 use toolgate::proxy::stage::authorize;
@@ -106,6 +108,28 @@ fn stages(c: &mut Criterion) {
     });
     c.bench_function("limits/call_fingerprint", |b| {
         b.iter(|| Call::new(&agent.id, None, &contract.tool, black_box(&args), None).fingerprint())
+    });
+    // A distinct call each time (its own Idempotency-Key), led and settled: the dedupe
+    // table's claim, insert, re-weigh and eviction at its default bound. Includes one
+    // call_fingerprint (the reused-key check needs it).
+    let answer = Settled::Answered(Buffered {
+        status: http::StatusCode::OK,
+        headers: http::HeaderMap::new(),
+        body: bytes::Bytes::from_static(br#"{"hits":[],"cursor":null}"#),
+    });
+    let mut n = 0u64;
+    let mut id = String::new();
+    c.bench_function("limits/dedupe_lead_and_settle", |b| {
+        b.iter(|| {
+            n += 1;
+            id.clear();
+            write!(id, "call-{n}").unwrap();
+            let call = Call::new(&agent.id, None, &contract.tool, &args, Some(&id));
+            match ledger.dedupe().claim(&call, Duration::from_secs(600)) {
+                Ok(Turn::Lead(lead)) => lead.settle(answer.clone()),
+                _ => panic!("a new key leads"),
+            }
+        })
     });
     let entry = Entry {
         ts: now(),

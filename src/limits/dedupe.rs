@@ -8,8 +8,8 @@
 //! flight and gets the same outcome, whether it arrives while the call runs or after.
 //!
 //! Invariants:
-//! - One key, one flight at a time: claiming is atomic (moka's per-key compute), so of any
-//!   number of concurrent identical calls exactly one leads.
+//! - One key, one flight at a time: claiming is atomic (one lock per [`Table`] shard), so
+//!   of any number of concurrent identical calls exactly one leads.
 //! - A flight whose call may have run (answered, or outcome unknown) is kept for the whole
 //!   window; only an outcome that proves the call did not run ([`Ran::No`]: connection
 //!   refused, backend 503, refused by the session budget) is dropped, so a retry runs.
@@ -17,28 +17,26 @@
 //!   so joiners never wait on a flight nobody will finish.
 //! - An `Idempotency-Key` reused for different arguments is refused, never replayed.
 //! - Memory is bounded by weight: each flight counts a fixed overhead plus its buffered
-//!   result, and the table holds at most `max_bytes`; past that the least recently used
-//!   flight is dropped (a duplicate of it arriving later would run again — the price of a
-//!   bound; size `limits.dedupeMaxBytes` for the non-idempotent traffic of one window).
-//!   Flights also expire with their window.
+//!   result, and the table holds at most `max_bytes`; past that the oldest flight is
+//!   dropped (a duplicate of it arriving later would run again — the price of a bound;
+//!   size `limits.dedupeMaxBytes` for the non-idempotent traffic of one window). Flights
+//!   also expire with their window.
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use moka::ops::compute::Op;
-use moka::policy::EvictionPolicy;
-use moka::sync::Cache;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::canonical::{Key, KeyBuilder};
 use super::clock::Clock;
+use super::table::{Op, Table};
 use super::Call;
 use crate::proxy::reject::{Code, Reject};
 
-/// What one flight costs besides its result: key, flight, settled outcome and the cache's
-/// own bookkeeping (~650 bytes measured with `examples/limits_memory.rs`).
-pub const FLIGHT_OVERHEAD: usize = 640;
+/// What one flight costs besides its result: key, flight, settled outcome and the table's
+/// own bookkeeping (measured with `examples/limits_memory.rs`).
+pub const FLIGHT_OVERHEAD: usize = 448;
 /// What one kept response header costs besides its name and value.
 const HEADER_OVERHEAD: usize = 96;
 
@@ -92,8 +90,6 @@ pub struct Flight {
     fingerprint: Key,
     /// On the ledger clock: after this, an identical call is a new call.
     expires_at: Duration,
-    window: Duration,
-    created: Instant,
     // A once-cell and a Notify rather than a watch channel: most flights are settled
     // entries waiting out their window, and a watch channel costs several times more.
     outcome: OnceLock<Arc<Settled>>,
@@ -129,7 +125,7 @@ impl Flight {
 
     fn weight(&self) -> u32 {
         let result = self.settled().map_or(0, |s| s.weight());
-        u32::try_from(FLIGHT_OVERHEAD + result).unwrap_or(u32::MAX)
+        u32::try_from(FLIGHT_OVERHEAD.saturating_add(result)).unwrap_or(u32::MAX)
     }
 }
 
@@ -143,38 +139,14 @@ pub enum Turn {
 
 #[derive(Clone)]
 pub struct Dedupe {
-    flights: Cache<Key, Arc<Flight>>,
+    flights: Arc<Table<Arc<Flight>>>,
     clock: Clock,
-}
-
-struct WindowExpiry;
-
-impl moka::Expiry<Key, Arc<Flight>> for WindowExpiry {
-    fn expire_after_create(&self, _: &Key, f: &Arc<Flight>, _: Instant) -> Option<Duration> {
-        Some(f.window)
-    }
-
-    /// A settled flight is re-inserted to be re-weighed: it keeps its original deadline.
-    fn expire_after_update(
-        &self,
-        _: &Key,
-        f: &Arc<Flight>,
-        _: Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(f.window.saturating_sub(f.created.elapsed()))
-    }
 }
 
 impl Dedupe {
     pub fn new(max_bytes: u64, clock: Clock) -> Dedupe {
         Dedupe {
-            flights: Cache::builder()
-                .max_capacity(max_bytes)
-                .weigher(|_, flight: &Arc<Flight>| flight.weight())
-                .eviction_policy(EvictionPolicy::lru())
-                .expire_after(WindowExpiry)
-                .build(),
+            flights: Arc::new(Table::new(max_bytes)),
             clock,
         }
     }
@@ -182,58 +154,50 @@ impl Dedupe {
     /// Leads a new call, or joins the identical one of the last `window`.
     pub fn claim(&self, call: &Call<'_>, window: Duration) -> Result<Turn, Reject> {
         let key = key(call);
+        let fingerprint = call.fingerprint();
         let now = self.clock.now();
-        let mut turn = None;
-        self.flights.entry(key).and_compute_with(|current| {
-            if let Some(flight) = current.map(|e| e.into_value()) {
-                if flight.expires_at > now {
-                    turn = Some(if flight.fingerprint == call.fingerprint() {
-                        Ok(Turn::Join(flight))
-                    } else {
-                        Err(reused_key(call, window))
-                    });
-                    return Op::Nop;
-                }
+        self.flights.compute(key, now, |current| {
+            if let Some(flight) = current {
+                let turn = if flight.fingerprint == fingerprint {
+                    Ok(Turn::Join(flight.clone()))
+                } else {
+                    Err(reused_key(call, window))
+                };
+                return (Op::Keep, turn);
             }
             let flight = Arc::new(Flight {
-                fingerprint: call.fingerprint(),
+                fingerprint,
                 expires_at: now + window,
-                window,
-                created: Instant::now(),
                 outcome: OnceLock::new(),
                 settled: Notify::new(),
             });
-            turn = Some(Ok(Turn::Lead(Lead {
+            let put = Op::Put {
+                value: flight.clone(),
+                weight: flight.weight(),
+                expires_at: flight.expires_at,
+            };
+            let lead = Lead {
                 dedupe: self.clone(),
                 key,
-                flight: flight.clone(),
+                flight,
                 settled: false,
-            })));
-            Op::Put(flight)
-        });
-        // The closure always runs and always sets `turn`; the fallback only keeps this total.
-        turn.unwrap_or_else(|| {
-            Err(Reject::new(
-                Code::NotReady,
-                "the call could not be registered",
-            ))
+            };
+            (put, Ok(Turn::Lead(lead)))
         })
     }
 
-    /// Flights held now (after pending evictions run).
+    /// Flights held now.
     pub fn len(&self) -> u64 {
-        self.flights.run_pending_tasks();
-        self.flights.entry_count()
+        self.flights.len() as u64
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.flights.is_empty()
     }
 
     /// Bytes the flights are weighed at.
     pub fn weight(&self) -> u64 {
-        self.flights.run_pending_tasks();
-        self.flights.weighted_size()
+        self.flights.weight()
     }
 }
 
@@ -259,15 +223,17 @@ impl Lead {
         let keep = settled.keep();
         self.flight.settle(settled);
         let flight = &self.flight;
+        let weight = flight.weight();
         // Only this flight's entry is touched: after its window a new one may hold the key.
-        self.dedupe
-            .flights
-            .entry(self.key)
-            .and_compute_with(|current| match current {
-                Some(e) if Arc::ptr_eq(e.value(), flight) && keep => Op::Put(flight.clone()),
-                Some(e) if Arc::ptr_eq(e.value(), flight) => Op::Remove,
-                _ => Op::Nop,
-            });
+        let now = self.dedupe.clock.now();
+        self.dedupe.flights.compute(self.key, now, |current| {
+            let op = match current {
+                Some(f) if Arc::ptr_eq(f, flight) && keep => Op::Reweigh(weight),
+                Some(f) if Arc::ptr_eq(f, flight) => Op::Remove,
+                _ => Op::Keep,
+            };
+            (op, ())
+        });
     }
 }
 

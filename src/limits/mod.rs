@@ -28,6 +28,7 @@ pub mod dedupe;
 pub mod once;
 pub mod rate;
 pub mod session;
+pub mod table;
 
 pub use clock::Clock;
 

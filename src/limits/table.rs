@@ -1,0 +1,310 @@
+//! A bounded, sharded map from [`Key`] to a weighed, expiring value: the dedupe table's
+//! storage.
+//!
+//! Each entry has a weight (bytes it accounts for) and a deadline on the ledger clock. The
+//! table holds at most `max_bytes` of weight; past that it drops the *oldest* entries
+//! first. For duplicate suppression oldest-first is the right order, not least recently
+//! used: a join never extends a window, so the oldest entry is the one nearest its end and
+//! the least worth keeping. Expired entries are dropped as they reach the front of their
+//! shard's queue, and treated as absent whenever they are looked up.
+//!
+//! Why not moka: the dedupe table sits on every call of an `idempotent: false` tool, and
+//! moka's concurrent hash table, read/write logs and housekeeping were ~11% of a loaded
+//! sidecar's CPU on the MCP benchmark (BENCHMARKS.md). Here an operation is one short
+//! critical section on one of up to 16 shards; nothing runs in the background.
+//!
+//! Invariants:
+//! - Every operation on a key happens under its shard's lock, so a caller's closure sees
+//!   and changes the entry atomically (of concurrent identical claims exactly one inserts).
+//! - A shard's weight never exceeds its share of `max_bytes` after an operation returns.
+//! - The queue holds each live entry once plus stale slots (for entries replaced or
+//!   removed); stale slots are compacted away before they outnumber live ones, so memory
+//!   stays proportional to the entries held.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use super::canonical::Key;
+
+/// Shards at most; fewer when `max_bytes` is small, so each keeps a useful share.
+const MAX_SHARDS: usize = 16;
+/// The least weight a shard is given when there are enough bytes to share.
+const MIN_SHARD_BYTES: u64 = 64 * 1024;
+
+/// What to do with the entry under a key, decided under its shard's lock.
+pub enum Op<V> {
+    Keep,
+    Put {
+        value: V,
+        weight: u32,
+        expires_at: Duration,
+    },
+    /// The entry stays, weighed anew (its deadline and place in the queue stay too).
+    Reweigh(u32),
+    Remove,
+}
+
+pub struct Table<V> {
+    shards: Box<[Mutex<Shard<V>>]>,
+    /// Weight one shard may hold.
+    budget: u64,
+}
+
+struct Shard<V> {
+    entries: HashMap<Key, Slot<V>, BuildHasherDefault<KeyHasher>>,
+    /// Entries in insertion order, each tagged with the generation it was inserted as.
+    queue: VecDeque<(Key, u64)>,
+    generation: u64,
+    weight: u64,
+}
+
+struct Slot<V> {
+    value: V,
+    weight: u32,
+    expires_at: Duration,
+    generation: u64,
+}
+
+impl<V> Table<V> {
+    pub fn new(max_bytes: u64) -> Table<V> {
+        let wanted = usize::try_from(max_bytes / MIN_SHARD_BYTES).unwrap_or(MAX_SHARDS);
+        let count = wanted.clamp(1, MAX_SHARDS);
+        // A power of two, so a key's shard is a mask of its first byte.
+        let count = 1 << count.ilog2();
+        Table {
+            shards: (0..count).map(|_| Mutex::new(Shard::new())).collect(),
+            budget: max_bytes / count as u64,
+        }
+    }
+
+    /// Runs `decide` on the live entry under `key` (`None` when absent or expired at
+    /// `now`) and applies the [`Op`] it returns, all under the shard's lock.
+    pub fn compute<R>(
+        &self,
+        key: Key,
+        now: Duration,
+        decide: impl FnOnce(Option<&V>) -> (Op<V>, R),
+    ) -> R {
+        let mut shard = self.shard(&key);
+        let live = shard.entries.get(&key).filter(|s| s.expires_at > now);
+        let (op, result) = decide(live.map(|s| &s.value));
+        match op {
+            Op::Keep => {}
+            Op::Put {
+                value,
+                weight,
+                expires_at,
+            } => shard.put(key, value, weight, expires_at),
+            Op::Reweigh(weight) => {
+                if let Some(slot) = shard.entries.get_mut(&key) {
+                    let old = std::mem::replace(&mut slot.weight, weight);
+                    shard.weight = shard.weight - u64::from(old) + u64::from(weight);
+                }
+            }
+            Op::Remove => shard.remove(&key),
+        }
+        shard.trim(self.budget, now);
+        result
+    }
+
+    /// Entries held, expired ones not yet dropped included.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).entries.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The total weight of the entries held.
+    pub fn weight(&self) -> u64 {
+        self.shards.iter().map(|s| lock(s).weight).sum()
+    }
+
+    fn shard(&self, key: &Key) -> MutexGuard<'_, Shard<V>> {
+        lock(&self.shards[usize::from(key[0]) & (self.shards.len() - 1)])
+    }
+}
+
+/// A panic inside a critical section leaves a shard consistent (every change to it is a
+/// few plain assignments after `decide` returns), so a poisoned lock is still usable.
+fn lock<V>(shard: &Mutex<Shard<V>>) -> MutexGuard<'_, Shard<V>> {
+    shard.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<V> Shard<V> {
+    fn new() -> Shard<V> {
+        Shard {
+            entries: HashMap::default(),
+            queue: VecDeque::new(),
+            generation: 0,
+            weight: 0,
+        }
+    }
+
+    fn put(&mut self, key: Key, value: V, weight: u32, expires_at: Duration) {
+        self.generation += 1;
+        let slot = Slot {
+            value,
+            weight,
+            expires_at,
+            generation: self.generation,
+        };
+        if let Some(old) = self.entries.insert(key, slot) {
+            self.weight -= u64::from(old.weight);
+        }
+        self.weight += u64::from(weight);
+        self.queue.push_back((key, self.generation));
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if let Some(old) = self.entries.remove(key) {
+            self.weight -= u64::from(old.weight);
+        }
+    }
+
+    /// Drops entries from the front while the shard is over `budget` or the front has
+    /// expired, then compacts the queue if stale slots dominate it.
+    fn trim(&mut self, budget: u64, now: Duration) {
+        while let Some(&(key, generation)) = self.queue.front() {
+            let live = self
+                .entries
+                .get(&key)
+                .filter(|s| s.generation == generation);
+            match live {
+                Some(slot) if self.weight <= budget && slot.expires_at > now => break,
+                Some(_) => self.remove(&key),
+                None => {}
+            }
+            self.queue.pop_front();
+        }
+        if self.queue.len() > 2 * self.entries.len() + 32 {
+            let entries = &self.entries;
+            self.queue.retain(|(key, generation)| {
+                entries
+                    .get(key)
+                    .is_some_and(|s| s.generation == *generation)
+            });
+        }
+    }
+}
+
+/// Keys are SHA-256 output, already uniform: hashing them again (SipHash, the default) is
+/// wasted work, so the hash just folds their bytes into one word.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = self.0.rotate_left(29) ^ u64::from_le_bytes(word);
+        }
+    }
+
+    fn write_usize(&mut self, _: usize) {
+        // The length prefix of a `[u8; 16]`: the same for every key, so it adds nothing.
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    fn key(n: u32) -> Key {
+        let mut key = [0; 16];
+        key[..4].copy_from_slice(&n.to_le_bytes());
+        key[4..8].copy_from_slice(&n.wrapping_mul(2_654_435_761).to_le_bytes());
+        key
+    }
+
+    fn put(table: &Table<u32>, n: u32, weight: u32, now: Duration, expires_at: Duration) {
+        table.compute(key(n), now, |_| {
+            (
+                Op::Put {
+                    value: n,
+                    weight,
+                    expires_at,
+                },
+                (),
+            )
+        });
+    }
+
+    fn get(table: &Table<u32>, n: u32, now: Duration) -> Option<u32> {
+        table.compute(key(n), now, |v| (Op::Keep, v.copied()))
+    }
+
+    #[test]
+    fn holds_at_most_its_bytes_dropping_the_oldest_first() {
+        let table = Table::new(1000);
+        for n in 0..100 {
+            put(&table, n, 100, Duration::ZERO, HOUR);
+        }
+        assert_eq!((table.len(), table.weight()), (10, 1000));
+        assert_eq!(get(&table, 89, Duration::ZERO), None);
+        assert_eq!(get(&table, 90, Duration::ZERO), Some(90));
+        // Touching an entry doesn't save it: the window it belongs to is not extended.
+        put(&table, 100, 100, Duration::ZERO, HOUR);
+        assert_eq!(get(&table, 90, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn expired_entries_are_absent_and_dropped() {
+        let table = Table::new(1000);
+        put(&table, 1, 10, Duration::ZERO, Duration::from_secs(5));
+        put(&table, 2, 10, Duration::ZERO, HOUR);
+        let later = Duration::from_secs(5);
+        assert_eq!(table.len(), 2);
+        assert_eq!(get(&table, 2, later), Some(2));
+        assert_eq!(table.len(), 1, "the expired front entry was dropped");
+        assert_eq!(get(&table, 1, later), None);
+        assert_eq!(table.weight(), 10);
+    }
+
+    #[test]
+    fn reweigh_and_remove_keep_the_accounts() {
+        let table = Table::new(1000);
+        put(&table, 1, 100, Duration::ZERO, HOUR);
+        table.compute(key(1), Duration::ZERO, |_| (Op::Reweigh(700), ()));
+        assert_eq!(table.weight(), 700);
+        put(&table, 2, 400, Duration::ZERO, HOUR);
+        assert_eq!(
+            get(&table, 1, Duration::ZERO),
+            None,
+            "over budget: oldest went"
+        );
+        table.compute(key(2), Duration::ZERO, |_| (Op::Remove, ()));
+        assert_eq!((table.len(), table.weight()), (0, 0));
+    }
+
+    #[test]
+    fn stale_queue_slots_do_not_accumulate() {
+        let table = Table::<u32>::new(1 << 20);
+        let long = Duration::from_secs(1 << 30);
+        put(&table, 0, 1, Duration::ZERO, long); // stays at the front, never expires
+        for n in 1..10_000 {
+            put(&table, n, 1, Duration::ZERO, HOUR);
+            table.compute(key(n), Duration::ZERO, |_| (Op::Remove, ()));
+        }
+        let queued: usize = table.shards.iter().map(|s| lock(s).queue.len()).sum();
+        assert!(queued < 100 * table.shards.len(), "{queued}");
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn small_tables_use_one_shard() {
+        assert_eq!(Table::<u32>::new(1000).shards.len(), 1);
+        assert_eq!(Table::<u32>::new(16 << 20).shards.len(), MAX_SHARDS);
+        assert_eq!(Table::<u32>::new(200 * 1024).shards.len(), 2);
+    }
+}
