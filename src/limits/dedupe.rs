@@ -37,6 +37,8 @@ use crate::proxy::reject::{Code, Reject};
 /// What one flight costs besides its result: key, flight, settled outcome and the table's
 /// own bookkeeping (measured with `examples/limits_memory.rs`).
 pub const FLIGHT_OVERHEAD: usize = 448;
+/// The least share of `max_bytes` a table shard is given: room for many flights.
+const MIN_SHARD_BYTES: u64 = 64 * 1024;
 /// What one kept response header costs besides its name and value.
 const HEADER_OVERHEAD: usize = 96;
 
@@ -146,7 +148,7 @@ pub struct Dedupe {
 impl Dedupe {
     pub fn new(max_bytes: u64, clock: Clock) -> Dedupe {
         Dedupe {
-            flights: Arc::new(Table::new(max_bytes)),
+            flights: Arc::new(Table::new(max_bytes, MIN_SHARD_BYTES)),
             clock,
         }
     }

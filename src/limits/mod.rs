@@ -126,7 +126,7 @@ impl Ledger {
     pub fn new(capacity: Capacity, clock: Clock) -> Ledger {
         Ledger {
             rates: RateLimits::new(capacity.rate_limiters, clock.clone()),
-            sessions: Sessions::new(capacity.sessions, capacity.session_idle),
+            sessions: Sessions::new(capacity.sessions, capacity.session_idle, clock.clone()),
             dedupe: Dedupe::new(capacity.dedupe_bytes, clock.clone()),
             clock,
         }

@@ -15,13 +15,12 @@
 use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
-use moka::policy::EvictionPolicy;
-use moka::sync::Cache;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::canonical::{Key, KeyBuilder};
+use super::canonical::KeyBuilder;
 use super::clock::Clock;
+use super::table::{Op, Table, MIN_SHARD_ENTRIES};
 use crate::control::quota::Quota;
 use crate::proxy::reject::{Code, Reject};
 
@@ -35,50 +34,17 @@ struct Entry {
 
 #[derive(Clone)]
 pub struct RateLimits {
-    limiters: Cache<Key, Arc<Entry>>,
+    limiters: Arc<Table<Arc<Entry>>>,
     clock: Clock,
 }
 
 /// Slack past the refill time before an idle limiter is dropped.
 const IDLE_SLACK: Duration = Duration::from_secs(1);
 
-struct IdleExpiry;
-
-impl moka::Expiry<Key, Arc<Entry>> for IdleExpiry {
-    fn expire_after_create(&self, _: &Key, entry: &Arc<Entry>, _: Instant) -> Option<Duration> {
-        Some(entry.idle)
-    }
-
-    fn expire_after_read(
-        &self,
-        _: &Key,
-        entry: &Arc<Entry>,
-        _: Instant,
-        _: Option<Duration>,
-        _: Instant,
-    ) -> Option<Duration> {
-        Some(entry.idle)
-    }
-
-    fn expire_after_update(
-        &self,
-        _: &Key,
-        entry: &Arc<Entry>,
-        _: Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        Some(entry.idle)
-    }
-}
-
 impl RateLimits {
     pub fn new(capacity: u64, clock: Clock) -> RateLimits {
         RateLimits {
-            limiters: Cache::builder()
-                .max_capacity(capacity)
-                .eviction_policy(EvictionPolicy::lru())
-                .expire_after(IdleExpiry)
-                .build(),
+            limiters: Arc::new(Table::new(capacity, MIN_SHARD_ENTRIES)),
             clock,
         }
     }
@@ -110,14 +76,13 @@ impl RateLimits {
         Ok(())
     }
 
-    /// Limiters held now (after pending evictions run).
+    /// Limiters held now.
     pub fn len(&self) -> u64 {
-        self.limiters.run_pending_tasks();
-        self.limiters.entry_count()
+        self.limiters.len() as u64
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.limiters.is_empty()
     }
 
     /// `Err(wait)` when the limiter has no cell; `wait` is when the next one is due.
@@ -135,14 +100,25 @@ impl RateLimits {
                 .concat(),
             )
             .finish();
-        let entry = self.limiters.get_with(key, || {
-            Arc::new(Entry {
-                limiter: governor::RateLimiter::direct_with_clock(
-                    quota.governor,
-                    self.clock.clone(),
-                ),
-                idle: quota.refill_time() + IDLE_SLACK,
-            })
+        let now = self.clock.now();
+        // Each use touches the limiter: least recently used go first, idle ones expire.
+        let entry = self.limiters.compute(key, now, |current| match current {
+            Some(entry) => (Op::Touch(now + entry.idle), entry.clone()),
+            None => {
+                let entry = Arc::new(Entry {
+                    limiter: governor::RateLimiter::direct_with_clock(
+                        quota.governor,
+                        self.clock.clone(),
+                    ),
+                    idle: quota.refill_time() + IDLE_SLACK,
+                });
+                let put = Op::Put {
+                    value: entry.clone(),
+                    weight: 1,
+                    expires_at: now + entry.idle,
+                };
+                (put, entry)
+            }
         });
         entry
             .limiter

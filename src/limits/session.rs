@@ -15,16 +15,16 @@
 //! - A call without a session id has no session state: budgets and loop detection don't
 //!   apply to it (rate limits still do). See the module docs of `limits` for why.
 //! - Memory is bounded: at most `capacity` sessions, least recently used dropped first;
-//!   a session idle for `idle` is forgotten (its budget starts over).
-//! - Admission is atomic per session (moka's per-key compute), so parallel calls in one
+//!   a session with no call admitted for `idle` is forgotten (its budget starts over).
+//! - Admission is atomic per session (one [`Table`] shard lock), so parallel calls in one
 //!   session can't both take the last unit of budget.
 
-use moka::ops::compute::Op;
-use moka::policy::EvictionPolicy;
-use moka::sync::Cache;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::canonical::{Key, KeyBuilder};
+use super::clock::Clock;
+use super::table::{Op, Table, MIN_SHARD_ENTRIES};
 use super::Call;
 use crate::crd::SessionLimits;
 use crate::proxy::reject::{Code, Reject};
@@ -38,25 +38,27 @@ struct Tally {
 
 #[derive(Clone)]
 pub struct Sessions {
-    tallies: Cache<Key, Tally>,
+    tallies: Arc<Table<Tally>>,
+    idle: Duration,
+    clock: Clock,
 }
 
 impl Sessions {
-    pub fn new(capacity: u64, idle: Duration) -> Sessions {
+    pub fn new(capacity: u64, idle: Duration, clock: Clock) -> Sessions {
         Sessions {
-            tallies: Cache::builder()
-                .max_capacity(capacity)
-                .eviction_policy(EvictionPolicy::lru())
-                .time_to_idle(idle)
-                .build(),
+            tallies: Arc::new(Table::new(capacity, MIN_SHARD_ENTRIES)),
+            idle,
+            clock,
         }
     }
 
     /// Calls admitted so far in the agent's session (0 without a session).
     pub fn calls(&self, agent: &str, session: Option<&str>) -> u64 {
-        session
-            .and_then(|s| self.tallies.get(&key(agent, s)))
-            .map_or(0, |t| t.calls)
+        let Some(session) = session else { return 0 };
+        let now = self.clock.now();
+        self.tallies.compute(key(agent, session), now, |current| {
+            (Op::Keep, current.map_or(0, |t| t.calls))
+        })
     }
 
     /// Counts a call that is about to run, or refuses it.
@@ -67,49 +69,48 @@ impl Sessions {
         let fingerprint = call.fingerprint();
         let max_calls = limits.and_then(|l| l.max_calls);
         let max_repeats = limits.and_then(|l| l.max_repeats);
-        let mut refusal = None;
+        let now = self.clock.now();
+        let expires_at = now + self.idle;
         self.tallies
-            .entry(key(call.agent, session))
-            .and_compute_with(|current| {
-                let tally = current.map(|e| e.into_value()).unwrap_or_default();
+            .compute(key(call.agent, session), now, |current| {
+                let tally = current.copied().unwrap_or_default();
                 let streak = if tally.calls > 0 && tally.last == fingerprint {
                     tally.streak.saturating_add(1)
                 } else {
                     1
                 };
                 if let Some(max) = max_calls.filter(|max| tally.calls >= *max) {
-                    refusal = Some(Reject::new(
+                    let refusal = Reject::new(
                         Code::BudgetExhausted,
                         format!("session {session} has used all {max} calls its policy allows; start a new task"),
-                    ));
-                    return Op::Nop;
+                    );
+                    return (Op::Keep, Err(refusal));
                 }
                 if let Some(max) = max_repeats.filter(|max| streak > *max) {
-                    refusal = Some(Reject::new(
+                    let refusal = Reject::new(
                         Code::LoopDetected,
                         format!(
                             "{} was called with the same arguments {max} times in a row in session {session}; calling it again will not change the result",
                             call.tool
                         ),
-                    ));
-                    return Op::Nop;
+                    );
+                    return (Op::Keep, Err(refusal));
                 }
-                Op::Put(Tally {
+                let tally = Tally {
                     calls: tally.calls + 1,
                     last: fingerprint,
                     streak,
-                })
-            });
-        refusal.map_or(Ok(()), Err)
+                };
+                (Op::Put { value: tally, weight: 1, expires_at }, Ok(()))
+            })
     }
 
     pub fn len(&self) -> u64 {
-        self.tallies.run_pending_tasks();
-        self.tallies.entry_count()
+        self.tallies.len() as u64
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.tallies.is_empty()
     }
 }
 
@@ -138,7 +139,7 @@ mod tests {
 
     #[test]
     fn budget_admits_max_calls_then_refuses() {
-        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(Some(2), None);
         let (a, b, c) = (json!({"n": 1}), json!({"n": 2}), json!({"n": 3}));
         assert!(sessions
@@ -161,7 +162,7 @@ mod tests {
 
     #[test]
     fn repeats_in_a_row_are_a_loop_until_broken() {
-        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(None, Some(3));
         let same = json!({"service": "orders", "w": 15});
         let reordered: Value = serde_json::from_str(r#"{ "w":15, "service":"orders" }"#).unwrap();
@@ -187,7 +188,7 @@ mod tests {
 
     #[test]
     fn sessions_are_keyed_by_agent_and_session() {
-        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(Some(1), None);
         let a = json!({});
         assert!(sessions
@@ -206,7 +207,7 @@ mod tests {
 
     #[test]
     fn no_session_means_no_session_limits() {
-        let sessions = Sessions::new(100, Duration::from_secs(60));
+        let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(Some(1), Some(1));
         let a = json!({});
         for _ in 0..5 {
@@ -220,7 +221,7 @@ mod tests {
 
     #[test]
     fn capacity_bounds_the_sessions() {
-        let sessions = Sessions::new(1000, Duration::from_secs(60));
+        let sessions = Sessions::new(1000, Duration::from_secs(60), Clock::fake());
         let a = json!({});
         for i in 0..5000 {
             let id = format!("s-{i}");
@@ -229,5 +230,28 @@ mod tests {
                 .unwrap();
         }
         assert!(sessions.len() <= 1000, "{}", sessions.len());
+    }
+    #[test]
+    fn an_idle_session_starts_over() {
+        let clock = Clock::fake();
+        let sessions = Sessions::new(100, Duration::from_secs(60), clock.clone());
+        let limits = mk_limits(Some(2), None);
+        let a = json!({});
+        for _ in 0..2 {
+            clock.advance(Duration::from_secs(50));
+            assert!(sessions
+                .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
+                .is_ok());
+        }
+        assert_eq!(
+            sessions.calls("bot", Some("s")),
+            2,
+            "each call kept it alive"
+        );
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(sessions.calls("bot", Some("s")), 0, "idle: forgotten");
+        assert!(sessions
+            .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
+            .is_ok());
     }
 }

@@ -1,17 +1,22 @@
-//! A bounded, sharded map from [`Key`] to a weighed, expiring value: the dedupe table's
-//! storage.
+//! A bounded, sharded map from [`Key`] to a weighed, expiring value: the storage of every
+//! table of state kept between calls (rate limiters, sessions, the dedupe table, verified
+//! tokens, MCP session owners).
 //!
-//! Each entry has a weight (bytes it accounts for) and a deadline on the ledger clock. The
-//! table holds at most `max_bytes` of weight; past that it drops the *oldest* entries
-//! first. For duplicate suppression oldest-first is the right order, not least recently
-//! used: a join never extends a window, so the oldest entry is the one nearest its end and
-//! the least worth keeping. Expired entries are dropped as they reach the front of their
-//! shard's queue, and treated as absent whenever they are looked up.
+//! Each entry has a weight (bytes, or 1 for a table bounded by count) and a deadline on
+//! the caller's clock. The table holds at most its budget of weight; past that it drops
+//! entries from the front of a queue. An entry joins the back when inserted, and again
+//! when *touched* ([`Op::Touch`], which also moves its deadline): a table whose users
+//! touch what they read is least-recently-used with a time-to-idle (rate limiters,
+//! sessions); one whose users don't is oldest-first with a time-to-live — the right order
+//! for duplicate suppression, where a join never extends a window, so the oldest flight
+//! is the one nearest its end. Expired entries are dropped as they reach the front, and
+//! treated as absent whenever they are looked up.
 //!
-//! Why not moka: the dedupe table sits on every call of an `idempotent: false` tool, and
-//! moka's concurrent hash table, read/write logs and housekeeping were ~11% of a loaded
-//! sidecar's CPU on the MCP benchmark (BENCHMARKS.md). Here an operation is one short
-//! critical section on one of up to 16 shards; nothing runs in the background.
+//! Why not moka (used here before): on every call of an `idempotent: false` tool its
+//! concurrent hash table, read/write logs and housekeeping cost ~4 µs for a claim and a
+//! settle, ~11% of a loaded sidecar's CPU on the MCP benchmark (BENCHMARKS.md). Here an
+//! operation is one short critical section on one of up to 16 shards; nothing runs in the
+//! background, and the binary carries no cache crate's code.
 //!
 //! Invariants:
 //! - Every operation on a key happens under its shard's lock, so a caller's closure sees
@@ -28,10 +33,10 @@ use std::time::Duration;
 
 use super::canonical::Key;
 
-/// Shards at most; fewer when `max_bytes` is small, so each keeps a useful share.
+/// Shards at most; fewer when the budget is small, so each keeps a useful share.
 const MAX_SHARDS: usize = 16;
-/// The least weight a shard is given when there are enough bytes to share.
-const MIN_SHARD_BYTES: u64 = 64 * 1024;
+/// The least share of a table bounded by count that a shard is given.
+pub const MIN_SHARD_ENTRIES: u64 = 64;
 
 /// What to do with the entry under a key, decided under its shard's lock.
 pub enum Op<V> {
@@ -43,6 +48,8 @@ pub enum Op<V> {
     },
     /// The entry stays, weighed anew (its deadline and place in the queue stay too).
     Reweigh(u32),
+    /// The entry stays, with a new deadline, and moves to the back of the queue.
+    Touch(Duration),
     Remove,
 }
 
@@ -68,14 +75,15 @@ struct Slot<V> {
 }
 
 impl<V> Table<V> {
-    pub fn new(max_bytes: u64) -> Table<V> {
-        let wanted = usize::try_from(max_bytes / MIN_SHARD_BYTES).unwrap_or(MAX_SHARDS);
+    /// A table of at most `budget` weight, split into shards of at least `min_share`.
+    pub fn new(budget: u64, min_share: u64) -> Table<V> {
+        let wanted = usize::try_from(budget / min_share.max(1)).unwrap_or(MAX_SHARDS);
         let count = wanted.clamp(1, MAX_SHARDS);
         // A power of two, so a key's shard is a mask of its first byte.
         let count = 1 << count.ilog2();
         Table {
             shards: (0..count).map(|_| Mutex::new(Shard::new())).collect(),
-            budget: max_bytes / count as u64,
+            budget: budget / count as u64,
         }
     }
 
@@ -103,6 +111,7 @@ impl<V> Table<V> {
                     shard.weight = shard.weight - u64::from(old) + u64::from(weight);
                 }
             }
+            Op::Touch(expires_at) => shard.touch(key, expires_at),
             Op::Remove => shard.remove(&key),
         }
         shard.trim(self.budget, now);
@@ -157,6 +166,15 @@ impl<V> Shard<V> {
         }
         self.weight += u64::from(weight);
         self.queue.push_back((key, self.generation));
+    }
+
+    fn touch(&mut self, key: Key, expires_at: Duration) {
+        if let Some(slot) = self.entries.get_mut(&key) {
+            self.generation += 1;
+            slot.generation = self.generation;
+            slot.expires_at = expires_at;
+            self.queue.push_back((key, self.generation));
+        }
     }
 
     fn remove(&mut self, key: &Key) {
@@ -246,7 +264,7 @@ mod tests {
 
     #[test]
     fn holds_at_most_its_bytes_dropping_the_oldest_first() {
-        let table = Table::new(1000);
+        let table = Table::new(1000, 1000);
         for n in 0..100 {
             put(&table, n, 100, Duration::ZERO, HOUR);
         }
@@ -260,7 +278,7 @@ mod tests {
 
     #[test]
     fn expired_entries_are_absent_and_dropped() {
-        let table = Table::new(1000);
+        let table = Table::new(1000, 1000);
         put(&table, 1, 10, Duration::ZERO, Duration::from_secs(5));
         put(&table, 2, 10, Duration::ZERO, HOUR);
         let later = Duration::from_secs(5);
@@ -273,7 +291,7 @@ mod tests {
 
     #[test]
     fn reweigh_and_remove_keep_the_accounts() {
-        let table = Table::new(1000);
+        let table = Table::new(1000, 1000);
         put(&table, 1, 100, Duration::ZERO, HOUR);
         table.compute(key(1), Duration::ZERO, |_| (Op::Reweigh(700), ()));
         assert_eq!(table.weight(), 700);
@@ -289,7 +307,7 @@ mod tests {
 
     #[test]
     fn stale_queue_slots_do_not_accumulate() {
-        let table = Table::<u32>::new(1 << 20);
+        let table = Table::<u32>::new(1 << 20, 64 * 1024);
         let long = Duration::from_secs(1 << 30);
         put(&table, 0, 1, Duration::ZERO, long); // stays at the front, never expires
         for n in 1..10_000 {
@@ -302,9 +320,32 @@ mod tests {
     }
 
     #[test]
+    fn touched_entries_live_on_and_go_last() {
+        let table = Table::new(3, 3);
+        let idle = Duration::from_secs(10);
+        for n in 0..3 {
+            put(&table, n, 1, Duration::ZERO, idle);
+        }
+        let later = Duration::from_secs(9);
+        table.compute(key(0), later, |_| (Op::Touch(later + idle), ()));
+        put(&table, 3, 1, later, later + idle);
+        assert_eq!(
+            get(&table, 1, later),
+            None,
+            "least recently used went first"
+        );
+        let much_later = Duration::from_secs(15);
+        assert_eq!(get(&table, 0, much_later), Some(0), "touched: not idle");
+        assert_eq!(get(&table, 2, much_later), None, "idle past its deadline");
+    }
+
+    #[test]
     fn small_tables_use_one_shard() {
-        assert_eq!(Table::<u32>::new(1000).shards.len(), 1);
-        assert_eq!(Table::<u32>::new(16 << 20).shards.len(), MAX_SHARDS);
-        assert_eq!(Table::<u32>::new(200 * 1024).shards.len(), 2);
+        assert_eq!(Table::<u32>::new(1000, 64 * 1024).shards.len(), 1);
+        assert_eq!(
+            Table::<u32>::new(16 << 20, 64 * 1024).shards.len(),
+            MAX_SHARDS
+        );
+        assert_eq!(Table::<u32>::new(200 * 1024, 64 * 1024).shards.len(), 2);
     }
 }

@@ -11,43 +11,58 @@
 //! Memory is bounded whatever the number of agents: at most [`CAPACITY`] sessions, each
 //! forgotten after [`IDLE`] without use or when the agent ends it with DELETE.
 
-use moka::sync::Cache;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::limits::canonical::{Key, KeyBuilder};
+use crate::limits::table::{Op, Table, MIN_SHARD_ENTRIES};
+use crate::limits::Clock;
 use crate::proxy::reject::{Code, Reject};
 
 pub const CAPACITY: u64 = 100_000;
 pub const IDLE: Duration = Duration::from_secs(12 * 3600);
 
 pub struct Sessions {
-    owners: Cache<String, Arc<str>>,
+    /// Owner by session id; each use moves a session's idle deadline.
+    owners: Table<Arc<str>>,
+    idle: Duration,
+    clock: Clock,
 }
 
 impl Default for Sessions {
     fn default() -> Self {
-        Sessions::new(CAPACITY, IDLE)
+        Sessions::new(CAPACITY, IDLE, Clock::real())
     }
 }
 
 impl Sessions {
-    pub fn new(capacity: u64, idle: Duration) -> Sessions {
+    pub fn new(capacity: u64, idle: Duration, clock: Clock) -> Sessions {
         Sessions {
-            owners: Cache::builder()
-                .max_capacity(capacity)
-                .time_to_idle(idle)
-                .build(),
+            owners: Table::new(capacity, MIN_SHARD_ENTRIES),
+            idle,
+            clock,
         }
     }
 
     /// Records that the upstream issued `session` to `agent`.
     pub fn bind(&self, session: &str, agent: &Arc<str>) {
-        self.owners.insert(session.to_string(), agent.clone());
+        let now = self.clock.now();
+        let put = Op::Put {
+            value: agent.clone(),
+            weight: 1,
+            expires_at: now + self.idle,
+        };
+        self.owners.compute(key(session), now, |_| (put, ()));
     }
 
     /// Whether `agent` may use `session`; a refusal is the `404` of an ended session.
     pub fn check(&self, session: &str, agent: &str) -> Result<(), Reject> {
-        match self.owners.get(session) {
+        let now = self.clock.now();
+        let owner = self.owners.compute(key(session), now, |owner| match owner {
+            Some(owner) if &**owner == agent => (Op::Touch(now + self.idle), Some(owner.clone())),
+            owner => (Op::Keep, owner.cloned()),
+        });
+        match owner {
             Some(owner) if &*owner == agent => Ok(()),
             owner => {
                 if owner.is_some() {
@@ -64,8 +79,13 @@ impl Sessions {
 
     /// Forgets a session its agent ended.
     pub fn end(&self, session: &str) {
-        self.owners.invalidate(session);
+        let now = self.clock.now();
+        self.owners.compute(key(session), now, |_| (Op::Remove, ()));
     }
+}
+
+fn key(session: &str) -> Key {
+    KeyBuilder::new("mcp-session").text(session).finish()
 }
 
 #[cfg(test)]
@@ -86,5 +106,20 @@ mod tests {
         );
         sessions.end("s1");
         assert!(sessions.check("s1", "ops-bot").is_err());
+    }
+
+    #[test]
+    fn a_session_in_use_stays_an_idle_one_is_forgotten() {
+        let clock = Clock::fake();
+        let idle = Duration::from_secs(60);
+        let sessions = Sessions::new(100, idle, clock.clone());
+        let ops: Arc<str> = Arc::from("ops-bot");
+        sessions.bind("busy", &ops);
+        sessions.bind("quiet", &ops);
+        for _ in 0..3 {
+            clock.advance(Duration::from_secs(40));
+            assert!(sessions.check("busy", "ops-bot").is_ok());
+        }
+        assert!(sessions.check("quiet", "ops-bot").is_err());
     }
 }
