@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use toolgate::audit::record::{args_digest, chain, now, GENESIS};
 use toolgate::audit::Entry;
+use toolgate::control::quota::Quota;
+use toolgate::crd::RateLimit;
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
 use toolgate::proxy::decide::{decide, RequestView};
@@ -73,17 +75,23 @@ fn stages(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
-    let grant = authorize::authorize(policy, &agent.id, &contract.tool)
-        .unwrap()
-        .grant;
+    // Two limiters, as in full.yaml, but with quotas a tight loop can't spend (full.yaml's
+    // million a second runs out here within a second).
+    let unspendable = RateLimit {
+        per_second: Some(u32::MAX),
+        per_minute: None,
+        burst: Some(u32::MAX),
+    };
+    let agent_quota = Quota::compile("rateLimit", &unspendable).unwrap();
+    let tool_quota = Quota::compile("tools[0].rateLimit", &unspendable).unwrap();
     c.bench_function("limits/check_rate_agent_and_tool", |b| {
         b.iter(|| {
             ledger
                 .check_rate(
                     &agent.id,
                     &contract.tool,
-                    policy.rate_limit.as_ref(),
-                    grant.rate_limit.as_ref(),
+                    Some(&agent_quota),
+                    Some(&tool_quota),
                 )
                 .unwrap()
         })
