@@ -20,7 +20,9 @@
 //!   result, and the table holds at most `max_bytes`; past that the oldest flight is
 //!   dropped (a duplicate of it arriving later would run again — the price of a bound;
 //!   size `limits.dedupeMaxBytes` for the non-idempotent traffic of one window). Flights
-//!   also expire with their window.
+//!   also expire with their window. The table's shards are sized so a flight holding the
+//!   largest result toolgate buffers (`limits.maxResponseBytes`) fits one; when
+//!   `dedupeMaxBytes` is smaller than that, such a flight is not kept.
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
@@ -39,6 +41,8 @@ use crate::proxy::reject::{Code, Reject};
 pub const FLIGHT_OVERHEAD: usize = 448;
 /// The least share of `max_bytes` a table shard is given: room for many flights.
 const MIN_SHARD_BYTES: u64 = 64 * 1024;
+/// Room for a kept result's headers when sizing shards (weighed as in [`Settled::weight`]).
+const HEADERS_ALLOWANCE: u64 = 64 * 1024;
 /// What one kept response header costs besides its name and value.
 const HEADER_OVERHEAD: usize = 96;
 
@@ -90,8 +94,6 @@ impl Settled {
 pub struct Flight {
     /// Tool and canonical arguments: an `Idempotency-Key` reused for another call is refused.
     fingerprint: Key,
-    /// On the ledger clock: after this, an identical call is a new call.
-    expires_at: Duration,
     // A once-cell and a Notify rather than a watch channel: most flights are settled
     // entries waiting out their window, and a watch channel costs several times more.
     outcome: OnceLock<Arc<Settled>>,
@@ -146,9 +148,12 @@ pub struct Dedupe {
 }
 
 impl Dedupe {
-    pub fn new(max_bytes: u64, clock: Clock) -> Dedupe {
+    /// A table of at most `max_bytes`, in shards that each fit a flight holding a result
+    /// of `largest_result` bytes: a heavier flight is not kept (its duplicates would run).
+    pub fn new(max_bytes: u64, largest_result: u64, clock: Clock) -> Dedupe {
+        let largest = largest_result.saturating_add(FLIGHT_OVERHEAD as u64 + HEADERS_ALLOWANCE);
         Dedupe {
-            flights: Arc::new(Table::new(max_bytes, MIN_SHARD_BYTES)),
+            flights: Arc::new(Table::new(max_bytes, largest.max(MIN_SHARD_BYTES))),
             clock,
         }
     }
@@ -158,33 +163,39 @@ impl Dedupe {
         let key = key(call);
         let fingerprint = call.fingerprint();
         let now = self.clock.now();
-        self.flights.compute(key, now, |current| {
+        let expires_at = now.saturating_add(window);
+        let claimed = self.flights.compute(key, now, |current| {
             if let Some(flight) = current {
-                let turn = if flight.fingerprint == fingerprint {
-                    Ok(Turn::Join(flight.clone()))
+                let joined = if flight.fingerprint == fingerprint {
+                    Ok((flight.clone(), false))
                 } else {
                     Err(reused_key(call, window))
                 };
-                return (Op::Keep, turn);
+                return (Op::Keep, joined);
             }
             let flight = Arc::new(Flight {
                 fingerprint,
-                expires_at: now + window,
                 outcome: OnceLock::new(),
                 settled: Notify::new(),
             });
+            // After `expires_at` (on the ledger clock) an identical call is a new call.
             let put = Op::Put {
                 value: flight.clone(),
                 weight: flight.weight(),
-                expires_at: flight.expires_at,
+                expires_at,
             };
-            let lead = Lead {
+            (put, Ok((flight, true)))
+        });
+        // The Lead is made outside the table's lock: dropping one settles it, which takes
+        // the lock again.
+        Ok(match claimed? {
+            (flight, true) => Turn::Lead(Lead {
                 dedupe: self.clone(),
                 key,
                 flight,
                 settled: false,
-            };
-            (put, Ok(Turn::Lead(lead)))
+            }),
+            (flight, false) => Turn::Join(flight),
         })
     }
 
@@ -315,7 +326,7 @@ mod tests {
 
     #[tokio::test]
     async fn duplicates_join_the_lead_and_get_its_answer() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let args = json!({"title": "x"});
         let first = lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
         let reordered: Value = serde_json::from_str(r#"{ "title" : "x" }"#).unwrap();
@@ -335,7 +346,7 @@ mod tests {
     #[test]
     fn window_is_read_on_the_ledger_clock() {
         let clock = Clock::fake();
-        let dedupe = Dedupe::new(1 << 20, clock.clone());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, clock.clone());
         let args = json!({});
         lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap()).settle(mk_answer("1"));
         clock.advance(WINDOW - Duration::from_secs(1));
@@ -346,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_call_that_did_not_run_is_forgotten_one_that_may_have_is_not() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let args = json!({});
         let not_run = Settled::Failed {
             reject: Reject::new(Code::BackendUnavailable, "refused"),
@@ -367,7 +378,7 @@ mod tests {
 
     #[test]
     fn idempotency_keys_scope_the_call() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let (a, b) = (json!({"n": 1}), json!({"n": 2}));
         lead(dedupe.claim(&mk_call(&a, Some("k1")), WINDOW).unwrap()).settle(mk_answer(""));
         join(dedupe.claim(&mk_call(&a, Some("k1")), WINDOW).unwrap());
@@ -385,8 +396,20 @@ mod tests {
     }
 
     #[test]
+    fn a_result_as_large_as_allowed_is_kept_and_replayed() {
+        let dedupe = Dedupe::new(16 << 20, 8 << 20, Clock::fake());
+        let args = json!({});
+        let big = "x".repeat(8 << 20);
+        lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap()).settle(mk_answer(&big));
+        let flight = join(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        assert!(
+            matches!(&*flight.settled().unwrap(), Settled::Answered(b) if b.body.len() == 8 << 20)
+        );
+    }
+
+    #[test]
     fn weight_bounds_the_table() {
-        let dedupe = Dedupe::new(64 * 1024, Clock::fake());
+        let dedupe = Dedupe::new(64 * 1024, 1024, Clock::fake());
         let body = "x".repeat(1000);
         for i in 0..1000 {
             let args = json!({ "n": i });

@@ -93,6 +93,9 @@ pub struct Capacity {
     pub sessions: u64,
     pub session_idle: Duration,
     pub dedupe_bytes: u64,
+    /// The largest backend result buffered (`limits.maxResponseBytes`): a flight holding
+    /// one must fit a dedupe table shard.
+    pub largest_result: u64,
 }
 
 impl Capacity {
@@ -102,11 +105,12 @@ impl Capacity {
             sessions: limits.max_sessions,
             session_idle: Duration::from_secs(limits.session_idle_seconds.max(1)),
             dedupe_bytes: limits.dedupe_max_bytes,
+            largest_result: u64::try_from(limits.max_response_bytes).unwrap_or(u64::MAX),
         }
     }
 }
 
-/// How many entries each table holds (after pending evictions run).
+/// How many entries each table holds (expired ones not yet dropped included).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sizes {
     pub rate_limiters: u64,
@@ -127,7 +131,11 @@ impl Ledger {
         Ledger {
             rates: RateLimits::new(capacity.rate_limiters, clock.clone()),
             sessions: Sessions::new(capacity.sessions, capacity.session_idle, clock.clone()),
-            dedupe: Dedupe::new(capacity.dedupe_bytes, clock.clone()),
+            dedupe: Dedupe::new(
+                capacity.dedupe_bytes,
+                capacity.largest_result,
+                clock.clone(),
+            ),
             clock,
         }
     }

@@ -132,7 +132,7 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_duplicates_send_once() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let sent = Arc::new(AtomicUsize::new(0));
         let args = json!({"a": 1});
         let mut tasks = Vec::new();
@@ -168,7 +168,7 @@ mod tests {
 
     #[tokio::test]
     async fn lead_timeout_does_not_cancel_the_send() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let args = json!({});
         let call = Call::new("bot", None, "t", &args, None);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -203,7 +203,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lead_dropped_mid_send_still_answers_its_duplicates() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let args = json!({});
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
@@ -235,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_refused_lead_is_not_sent_and_is_forgotten() {
-        let dedupe = Dedupe::new(1 << 20, Clock::fake());
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let args = json!({});
         let call = Call::new("bot", Some("s"), "t", &args, None);
         let refuse = || Err(Reject::new(Code::BudgetExhausted, "spent"));

@@ -15,7 +15,8 @@
 //! - A call without a session id has no session state: budgets and loop detection don't
 //!   apply to it (rate limits still do). See the module docs of `limits` for why.
 //! - Memory is bounded: at most `capacity` sessions, least recently used dropped first;
-//!   a session with no call admitted for `idle` is forgotten (its budget starts over).
+//!   a session with no call for `idle` is forgotten (its budget starts over); a refused
+//!   call keeps it alive too, so an exhausted session can't be waited out by retrying.
 //! - Admission is atomic per session (one [`Table`] shard lock), so parallel calls in one
 //!   session can't both take the last unit of budget.
 
@@ -84,7 +85,7 @@ impl Sessions {
                         Code::BudgetExhausted,
                         format!("session {session} has used all {max} calls its policy allows; start a new task"),
                     );
-                    return (Op::Keep, Err(refusal));
+                    return (Op::Touch(expires_at), Err(refusal));
                 }
                 if let Some(max) = max_repeats.filter(|max| streak > *max) {
                     let refusal = Reject::new(
@@ -94,7 +95,7 @@ impl Sessions {
                             call.tool
                         ),
                     );
-                    return (Op::Keep, Err(refusal));
+                    return (Op::Touch(expires_at), Err(refusal));
                 }
                 let tally = Tally {
                     calls: tally.calls + 1,

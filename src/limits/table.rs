@@ -10,7 +10,11 @@
 //! sessions); one whose users don't is oldest-first with a time-to-live — the right order
 //! for duplicate suppression, where a join never extends a window, so the oldest flight
 //! is the one nearest its end. Expired entries are dropped as they reach the front, and
-//! treated as absent whenever they are looked up.
+//! treated as absent whenever they are looked up. Deadlines of one table can differ (per
+//! contract windows, per quota refill times), so an expired entry may sit behind a live
+//! one: before a shard over its share drops a live entry, it sweeps out every expired
+//! one (at most once per [`SWEEP_EVERY`] of its clock, so a table full of live entries
+//! doesn't pay a sweep per insert).
 //!
 //! Why not moka (used here before): on every call of an `idempotent: false` tool its
 //! concurrent hash table, read/write logs and housekeeping cost ~4 µs for a claim and a
@@ -24,12 +28,16 @@
 //! - A shard's weight never exceeds its share of the budget after an operation returns.
 //!   The bound is per shard, so a table filled with exactly its budget of uniform keys
 //!   keeps a little less (100,000 sessions in a 100,000-session table: 99,601 kept).
+//! - An entry heavier than a whole shard's share is not kept (and drops nothing else);
+//!   users size `min_share` so their largest entry fits.
 //! - The queue holds each live entry once plus stale slots (for entries replaced or
-//!   removed); stale slots are compacted away before they outnumber live ones, so memory
+//!   removed); it is compacted when it grows past twice the entries plus 32, so memory
 //!   stays proportional to the entries held.
+//! - Hashes are keyed with a random seed per table, so keys an agent can grind (digests
+//!   of its own arguments) can't be aimed at one bucket or one shard.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -39,6 +47,8 @@ use super::canonical::Key;
 const MAX_SHARDS: usize = 16;
 /// The least share of a table bounded by count that a shard is given.
 pub const MIN_SHARD_ENTRIES: u64 = 64;
+/// How often (on the table's clock) an over-full shard may sweep out expired entries.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// What to do with the entry under a key, decided under its shard's lock.
 pub enum Op<V> {
@@ -59,14 +69,17 @@ pub struct Table<V> {
     shards: Box<[Mutex<Shard<V>>]>,
     /// Weight one shard may hold.
     budget: u64,
+    seed: Seed,
 }
 
 struct Shard<V> {
-    entries: HashMap<Key, Slot<V>, BuildHasherDefault<KeyHasher>>,
+    entries: HashMap<Key, Slot<V>, Seed>,
     /// Entries in insertion order, each tagged with the generation it was inserted as.
     queue: VecDeque<(Key, u64)>,
     generation: u64,
     weight: u64,
+    /// When expired entries were last swept out.
+    swept: Option<Duration>,
 }
 
 struct Slot<V> {
@@ -81,11 +94,13 @@ impl<V> Table<V> {
     pub fn new(budget: u64, min_share: u64) -> Table<V> {
         let wanted = usize::try_from(budget / min_share.max(1)).unwrap_or(MAX_SHARDS);
         let count = wanted.clamp(1, MAX_SHARDS);
-        // A power of two, so a key's shard is a mask of its first byte.
+        // A power of two, so a key's shard is a mask of its hash.
         let count = 1 << count.ilog2();
+        let seed = Seed(rand::random(), rand::random());
         Table {
-            shards: (0..count).map(|_| Mutex::new(Shard::new())).collect(),
+            shards: (0..count).map(|_| Mutex::new(Shard::new(seed))).collect(),
             budget: budget / count as u64,
+            seed,
         }
     }
 
@@ -116,6 +131,13 @@ impl<V> Table<V> {
             Op::Touch(expires_at) => shard.touch(key, expires_at),
             Op::Remove => shard.remove(&key),
         }
+        if shard
+            .entries
+            .get(&key)
+            .is_some_and(|s| u64::from(s.weight) > self.budget)
+        {
+            shard.remove(&key);
+        }
         shard.trim(self.budget, now);
         result
     }
@@ -135,7 +157,9 @@ impl<V> Table<V> {
     }
 
     fn shard(&self, key: &Key) -> MutexGuard<'_, Shard<V>> {
-        lock(&self.shards[usize::from(key[0]) & (self.shards.len() - 1)])
+        // Bits the map's own bucket choice (low bits) and tags (top 7) don't use.
+        let bits = (self.seed.hash_one(key) >> 32) as usize;
+        lock(&self.shards[bits & (self.shards.len() - 1)])
     }
 }
 
@@ -146,12 +170,13 @@ fn lock<V>(shard: &Mutex<Shard<V>>) -> MutexGuard<'_, Shard<V>> {
 }
 
 impl<V> Shard<V> {
-    fn new() -> Shard<V> {
+    fn new(seed: Seed) -> Shard<V> {
         Shard {
-            entries: HashMap::default(),
+            entries: HashMap::with_hasher(seed),
             queue: VecDeque::new(),
             generation: 0,
             weight: 0,
+            swept: None,
         }
     }
 
@@ -189,17 +214,43 @@ impl<V> Shard<V> {
     /// expired, then compacts the queue if stale slots dominate it.
     fn trim(&mut self, budget: u64, now: Duration) {
         while let Some(&(key, generation)) = self.queue.front() {
-            let live = self
+            let expired = self
                 .entries
                 .get(&key)
-                .filter(|s| s.generation == generation);
-            match live {
-                Some(slot) if self.weight <= budget && slot.expires_at > now => break,
+                .filter(|s| s.generation == generation)
+                .map(|s| s.expires_at <= now);
+            match expired {
+                Some(false) if self.weight <= budget => break,
+                // A live entry would go for the weight: first, any expired one goes.
+                Some(false) if self.sweep(now) => continue,
                 Some(_) => self.remove(&key),
                 None => {}
             }
             self.queue.pop_front();
         }
+        self.compact();
+    }
+
+    /// Removes every expired entry, unless it was done within [`SWEEP_EVERY`]; whether
+    /// it ran.
+    fn sweep(&mut self, now: Duration) -> bool {
+        if self.swept.is_some_and(|at| now < at + SWEEP_EVERY) {
+            return false;
+        }
+        self.swept = Some(now);
+        let mut freed = 0;
+        self.entries.retain(|_, slot| {
+            let keep = slot.expires_at > now;
+            if !keep {
+                freed += u64::from(slot.weight);
+            }
+            keep
+        });
+        self.weight -= freed;
+        true
+    }
+
+    fn compact(&mut self) {
         if self.queue.len() > 2 * self.entries.len() + 32 {
             let entries = &self.entries;
             self.queue.retain(|(key, generation)| {
@@ -211,17 +262,38 @@ impl<V> Shard<V> {
     }
 }
 
-/// Keys are SHA-256 output, already uniform: hashing them again (SipHash, the default) is
-/// wasted work, so the hash just folds their bytes into one word.
-#[derive(Default)]
-struct KeyHasher(u64);
+/// A table's hash key. Keys are SHA-256 output, already uniform, so SipHash (the default)
+/// is more than they need; but an agent can grind its arguments for digests that share
+/// bits, so the hash is keyed: each 8-byte word is mixed in with a full 64×64→128-bit
+/// multiply by seeded values and folded (the "folded multiply" of wyhash and foldhash),
+/// which leaves no bit of the result predictable without the seed.
+#[derive(Clone, Copy)]
+struct Seed(u64, u64);
+
+impl BuildHasher for Seed {
+    type Hasher = KeyHasher;
+
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher {
+            seed: *self,
+            state: self.0,
+        }
+    }
+}
+
+struct KeyHasher {
+    seed: Seed,
+    state: u64,
+}
 
 impl Hasher for KeyHasher {
     fn write(&mut self, bytes: &[u8]) {
         for chunk in bytes.chunks(8) {
             let mut word = [0; 8];
             word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = self.0.rotate_left(29) ^ u64::from_le_bytes(word);
+            let product = u128::from(self.state ^ u64::from_le_bytes(word))
+                * u128::from(self.seed.1 ^ 0x9e37_79b9_7f4a_7c15);
+            self.state = (product as u64) ^ ((product >> 64) as u64);
         }
     }
 
@@ -230,7 +302,7 @@ impl Hasher for KeyHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        self.state
     }
 }
 
@@ -273,7 +345,7 @@ mod tests {
         assert_eq!((table.len(), table.weight()), (10, 1000));
         assert_eq!(get(&table, 89, Duration::ZERO), None);
         assert_eq!(get(&table, 90, Duration::ZERO), Some(90));
-        // Touching an entry doesn't save it: the window it belongs to is not extended.
+        // Reading an entry (without a touch) doesn't save it.
         put(&table, 100, 100, Duration::ZERO, HOUR);
         assert_eq!(get(&table, 90, Duration::ZERO), None);
     }
@@ -339,6 +411,58 @@ mod tests {
         let much_later = Duration::from_secs(15);
         assert_eq!(get(&table, 0, much_later), Some(0), "touched: not idle");
         assert_eq!(get(&table, 2, much_later), None, "idle past its deadline");
+    }
+
+    #[test]
+    fn an_entry_heavier_than_a_shard_is_not_kept_and_drops_nothing() {
+        let table = Table::new(1000, 1000);
+        put(&table, 1, 400, Duration::ZERO, HOUR);
+        put(&table, 2, 1001, Duration::ZERO, HOUR);
+        assert_eq!(get(&table, 2, Duration::ZERO), None);
+        assert_eq!(get(&table, 1, Duration::ZERO), Some(1));
+        assert_eq!(table.weight(), 400);
+    }
+
+    #[test]
+    fn expired_entries_behind_a_live_one_go_before_it() {
+        let table = Table::new(300, 300);
+        put(&table, 1, 100, Duration::ZERO, HOUR); // long-lived, at the front
+        put(&table, 2, 100, Duration::ZERO, Duration::from_secs(10));
+        put(&table, 3, 100, Duration::ZERO, Duration::from_secs(10));
+        let later = Duration::from_secs(20);
+        put(&table, 4, 100, later, HOUR);
+        assert_eq!(get(&table, 1, later), Some(1), "the dead weight went first");
+        assert_eq!((table.len(), table.weight()), (2, 200));
+    }
+
+    #[test]
+    fn a_full_table_of_live_entries_sweeps_at_most_once_a_period() {
+        let table = Table::new(100, 100);
+        for n in 0..1000 {
+            put(&table, n, 10, Duration::ZERO, HOUR);
+        }
+        let swept = lock(&table.shards[0]).swept;
+        assert_eq!(swept, Some(Duration::ZERO));
+        assert_eq!(table.len(), 10);
+    }
+
+    #[test]
+    fn keys_spread_over_shards_and_seeds_differ() {
+        let table = Table::<u32>::new(16 << 20, 64 * 1024);
+        // Keys that agree in all but one byte still land in every shard.
+        let mut used = [false; MAX_SHARDS];
+        for n in 0..=255u8 {
+            let mut key = [7; 16];
+            key[15] = n;
+            let bits = (table.seed.hash_one(key) >> 32) as usize;
+            used[bits & (MAX_SHARDS - 1)] = true;
+        }
+        assert!(used.iter().all(|u| *u));
+        let other = Table::<u32>::new(16 << 20, 64 * 1024);
+        assert_ne!(
+            table.seed.hash_one([0u8; 16]),
+            other.seed.hash_one([0u8; 16])
+        );
     }
 
     #[test]
