@@ -245,7 +245,7 @@ impl Default for Limits {
             max_response_bytes: 8 << 20,
             max_connections: 4096,
             drain_timeout_ms: 15_000,
-            // Worst case ~5 MB, ~18 MB and ~17 MB resident (examples/limits_memory.rs).
+            // Worst case ~3.5 MB, ~13 MB and ~12 MB resident (examples/limits_memory.rs).
             max_rate_limiters: 10_000,
             max_sessions: 50_000,
             session_idle_seconds: 3600,
@@ -284,7 +284,41 @@ impl Settings {
         text: &str,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, SettingsError> {
-        file::parse(origin, text, vars, env::apply)
+        let settings: Settings = file::parse(origin, text, vars, env::apply)?;
+        settings.limits.check(origin)?;
+        Ok(settings)
+    }
+}
+
+impl Limits {
+    /// A table of state with no room would silently turn its limit off: every call would
+    /// find a fresh rate limiter, an empty session, no earlier identical call.
+    fn check(&self, origin: &str) -> Result<(), SettingsError> {
+        let tables = [
+            (
+                "limits.maxRateLimiters",
+                self.max_rate_limiters,
+                "rate limits",
+            ),
+            (
+                "limits.maxSessions",
+                self.max_sessions,
+                "session budgets and loop detection",
+            ),
+            (
+                "limits.dedupeMaxBytes",
+                self.dedupe_max_bytes,
+                "duplicate suppression",
+            ),
+        ];
+        match tables.into_iter().find(|(_, room, _)| *room == 0) {
+            Some((field, _, what)) => Err(file::invalid(
+                origin,
+                field.to_string(),
+                format!("must be at least 1: with no room, {what} would never apply"),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -304,6 +338,14 @@ mod tests {
         assert_eq!(s.mcp.path, "/mcp");
         assert_eq!(s.limits.max_body_bytes, 1_048_576);
         assert_eq!(s.audit.on_failure, OnFailure::FailClosed);
+    }
+
+    #[test]
+    fn a_state_table_with_no_room_is_refused() {
+        let err = Settings::parse("t.yaml", "limits: {maxSessions: 0}", none()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("limits.maxSessions"), "{text}");
+        assert!(text.contains("at least 1"), "{text}");
     }
 
     #[test]
