@@ -340,18 +340,23 @@ mod tests {
         assert_eq!(s.audit.on_failure, OnFailure::FailClosed);
     }
 
+    /// The error `text` is refused with.
+    fn refusal(text: &str) -> String {
+        Settings::parse("t.yaml", text, none())
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn a_state_table_with_no_room_is_refused() {
-        let err = Settings::parse("t.yaml", "limits: {maxSessions: 0}", none()).unwrap_err();
-        let text = err.to_string();
+        let text = refusal("limits: {maxSessions: 0}");
         assert!(text.contains("limits.maxSessions"), "{text}");
         assert!(text.contains("at least 1"), "{text}");
     }
 
     #[test]
     fn unknown_key_is_rejected_with_its_path() {
-        let err = Settings::parse("t.yaml", "limits: {maxBodyByte: 3}", none()).unwrap_err();
-        let text = err.to_string();
+        let text = refusal("limits: {maxBodyByte: 3}");
         assert!(text.contains("limits"), "{text}");
         assert!(text.contains("maxBodyByte"), "{text}");
     }

@@ -71,7 +71,8 @@ impl Sessions {
         let max_calls = limits.and_then(|l| l.max_calls);
         let max_repeats = limits.and_then(|l| l.max_repeats);
         let now = self.clock.now();
-        let expires_at = now + self.idle;
+        // `limits.sessionIdleSeconds` has no upper bound: saturate rather than overflow.
+        let expires_at = now.saturating_add(self.idle);
         self.tallies
             .compute(key(call.agent, session), now, |current| {
                 let tally = current.copied().unwrap_or_default();

@@ -115,28 +115,19 @@ impl<V> Table<V> {
         let mut shard = self.shard(&key);
         let live = shard.entries.get(&key).filter(|s| s.expires_at > now);
         let (op, result) = decide(live.map(|s| &s.value));
+        let too_heavy = |weight: u32| u64::from(weight) > self.budget;
         match op {
             Op::Keep => {}
+            // Kept, it would push out everything else in the shard and then itself.
+            Op::Put { weight, .. } | Op::Reweigh(weight) if too_heavy(weight) => shard.remove(&key),
             Op::Put {
                 value,
                 weight,
                 expires_at,
             } => shard.put(key, value, weight, expires_at),
-            Op::Reweigh(weight) => {
-                if let Some(slot) = shard.entries.get_mut(&key) {
-                    let old = std::mem::replace(&mut slot.weight, weight);
-                    shard.weight = shard.weight - u64::from(old) + u64::from(weight);
-                }
-            }
+            Op::Reweigh(weight) => shard.reweigh(&key, weight),
             Op::Touch(expires_at) => shard.touch(key, expires_at),
             Op::Remove => shard.remove(&key),
-        }
-        if shard
-            .entries
-            .get(&key)
-            .is_some_and(|s| u64::from(s.weight) > self.budget)
-        {
-            shard.remove(&key);
         }
         shard.trim(self.budget, now);
         result
@@ -195,6 +186,13 @@ impl<V> Shard<V> {
         self.queue.push_back((key, self.generation));
     }
 
+    fn reweigh(&mut self, key: &Key, weight: u32) {
+        if let Some(slot) = self.entries.get_mut(key) {
+            let old = std::mem::replace(&mut slot.weight, weight);
+            self.weight = self.weight - u64::from(old) + u64::from(weight);
+        }
+    }
+
     fn touch(&mut self, key: Key, expires_at: Duration) {
         if let Some(slot) = self.entries.get_mut(&key) {
             self.generation += 1;
@@ -213,6 +211,8 @@ impl<V> Shard<V> {
     /// Drops entries from the front while the shard is over `budget` or the front has
     /// expired, then compacts the queue if stale slots dominate it.
     fn trim(&mut self, budget: u64, now: Duration) {
+        // At most one sweep per trim, so the loop ends whatever the clock does.
+        let mut may_sweep = true;
         while let Some(&(key, generation)) = self.queue.front() {
             let expired = self
                 .entries
@@ -222,7 +222,7 @@ impl<V> Shard<V> {
             match expired {
                 Some(false) if self.weight <= budget => break,
                 // A live entry would go for the weight: first, any expired one goes.
-                Some(false) if self.sweep(now) => continue,
+                Some(false) if std::mem::take(&mut may_sweep) && self.sweep(now) => continue,
                 Some(_) => self.remove(&key),
                 None => {}
             }
@@ -436,14 +436,23 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_of_live_entries_sweeps_at_most_once_a_period() {
-        let table = Table::new(100, 100);
-        for n in 0..1000 {
-            put(&table, n, 10, Duration::ZERO, HOUR);
+    fn a_full_shard_sweeps_at_most_once_a_period() {
+        let table = Table::new(300, 300);
+        let at = Duration::from_millis;
+        for n in 0..3 {
+            put(&table, n, 100, at(0), HOUR);
         }
-        let swept = lock(&table.shards[0]).swept;
-        assert_eq!(swept, Some(Duration::ZERO));
-        assert_eq!(table.len(), 10);
+        put(&table, 3, 100, at(0), HOUR); // full of live entries: sweeps, then 0 goes
+        put(&table, 4, 100, at(0), at(200)); // no sweep again so soon: 1 goes
+        assert_eq!(get(&table, 1, at(0)), None);
+        // 4 has expired, but within the period a live entry still goes first...
+        put(&table, 5, 100, at(500), HOUR);
+        assert_eq!(get(&table, 2, at(500)), None);
+        assert_eq!(table.weight(), 300, "4 still weighs");
+        // ...and after it, the sweep runs and the dead weight goes instead.
+        put(&table, 6, 100, at(1500), HOUR);
+        assert_eq!(get(&table, 3, at(1500)), Some(3));
+        assert_eq!((table.len(), table.weight()), (3, 300));
     }
 
     #[test]
