@@ -16,7 +16,11 @@ const REST_ANSWER: &str =
     r#"{"ok":true,"matches":3,"items":[{"ts":"2026-11-30T06:00:00Z","msg":"order 17 shipped"}]}"#;
 
 pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(listen).await?;
+    serve(TcpListener::bind(listen).await?).await
+}
+
+/// Serves `listener` until accepting fails.
+pub async fn serve(listener: TcpListener) -> anyhow::Result<()> {
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);

@@ -6,10 +6,12 @@
 //! ```
 //!
 //! A backend, a sidecar with `bench/policies/{profile}.yaml` and a client share one
-//! runtime; the client sends `requests` REST calls (the load benchmark's body and
-//! headers) one after another on one connection, after a warm-up of 200. Instruction
-//! counts don't depend on what else the machine is doing, so two builds compare
-//! exactly; `--profile direct` counts the backend and client alone, to subtract.
+//! runtime; the client sends `requests` calls one after another on one connection, after
+//! a warm-up of 200: REST calls (the load benchmark's body and headers), or with
+//! `--load mcp` `tools/call`s as `bench/wrk/mcp.lua` sends them (a fresh id and cursor
+//! each, answered by the load benchmark's backend). Instruction counts don't depend on
+//! what else the machine is doing, so two builds compare exactly; `--profile direct`
+//! counts the backend and client alone, to subtract.
 
 #[path = "../../benches/common/inproc.rs"]
 mod common;
@@ -21,11 +23,24 @@ use std::time::Instant;
 
 const BODY: &[u8] = include_bytes!("../body.json");
 
-pub async fn run(profile: &str, requests: u64, task: String) -> anyhow::Result<()> {
+pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyhow::Result<()> {
+    let mcp = match load {
+        "rest" => false,
+        "mcp" => true,
+        other => anyhow::bail!("unknown load {other:?}: rest or mcp"),
+    };
     let dir = std::env::temp_dir().join(format!("toolgate-inproc-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let audit = dir.join("audit.log");
-    let backend = common::backend().await;
+    let backend = if mcp {
+        // The load benchmark's backend: it answers tools/call in JSON-RPC.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(crate::backend::serve(listener));
+        addr
+    } else {
+        common::backend().await
+    };
     let sidecar = match profile {
         "direct" => None,
         "minimal" => Some(common::sidecar(backend, "minimal", "off").await),
@@ -34,15 +49,33 @@ pub async fn run(profile: &str, requests: u64, task: String) -> anyhow::Result<(
     };
     let addr = sidecar.as_ref().map_or(backend, |s| s.agent_addr);
     let mut sender = common::connect(addr).await;
-    let request = || {
-        Request::post("/search")
+    let arguments = std::str::from_utf8(BODY)?.trim_end().trim_end_matches('}');
+    let mut sent = 0u64;
+    let mut request = || {
+        sent += 1;
+        let builder = Request::post(if mcp { "/mcp" } else { "/search" })
             .header("host", "bench")
             .header("content-type", "application/json")
             .header("authorization", "Bearer bench-token")
-            .header("x-toolgate-task", task.as_str())
-            .body(Full::new(Bytes::from_static(BODY)))
+            .header("x-toolgate-task", task.as_str());
+        if !mcp {
+            return builder.body(Full::new(Bytes::from_static(BODY)));
+        }
+        let message = format!(
+            r#"{{"jsonrpc":"2.0","id":{sent},"method":"tools/call","params":{{"name":"mcp_search_logs","arguments":{arguments},"cursor":"c-{sent}"}}}}}}"#
+        );
+        builder
+            .header("accept", "application/json, text/event-stream")
+            .body(Full::new(Bytes::from(message)))
     };
-    for _ in 0..200 {
+    // A refused tools/call is a 200 too: the first answer must be a result.
+    let first = common::call(&mut sender, request()?).await;
+    let answer: serde_json::Value = serde_json::from_slice(&first)?;
+    anyhow::ensure!(
+        !mcp || answer.get("result").is_some(),
+        "the sidecar did not run the call: {answer}"
+    );
+    for _ in 1..200 {
         common::call(&mut sender, request()?).await;
     }
     let started = Instant::now();
@@ -51,7 +84,7 @@ pub async fn run(profile: &str, requests: u64, task: String) -> anyhow::Result<(
     }
     let took = started.elapsed();
     println!(
-        "profile={profile} requests={requests} total_ms={} per_call_us={:.1}",
+        "profile={profile} load={load} requests={requests} total_ms={} per_call_us={:.1}",
         took.as_millis(),
         took.as_secs_f64() * 1e6 / requests.max(1) as f64
     );

@@ -66,11 +66,14 @@ enum Command {
         #[arg(long, default_value_t = 100_000)]
         count: u64,
     },
-    /// Whole REST calls through an in-process sidecar, one at a time (for callgrind).
+    /// Whole calls through an in-process sidecar, one at a time (for callgrind).
     Inproc {
         /// `direct` (backend alone), `minimal` or `full`.
         #[arg(long, default_value = "full")]
         profile: String,
+        /// `rest` (POST /search) or `mcp` (tools/call on /mcp), as in `bench/wrk/`.
+        #[arg(long, default_value = "rest")]
+        load: String,
         #[arg(long, default_value_t = 2000)]
         requests: u64,
     },
@@ -95,9 +98,13 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::SessionMemory { count } => session_memory::run(count),
-        Command::Inproc { profile, requests } => {
+        Command::Inproc {
+            profile,
+            load,
+            requests,
+        } => {
             let task = task_token::sign("bench-bot")?;
-            runtime()?.block_on(inproc::run(&profile, requests, task))
+            runtime()?.block_on(inproc::run(&profile, &load, requests, task))
         }
     }
 }
