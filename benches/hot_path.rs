@@ -24,6 +24,7 @@ use toolgate::control::quota::Quota;
 use toolgate::crd::RateLimit;
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
+use toolgate::proxy::args::Args;
 use toolgate::proxy::decide::{decide, RequestView};
 use toolgate::proxy::stage::authorize;
 use toolgate::proxy::stage::classify::classify;
@@ -54,7 +55,7 @@ fn stages(c: &mut Criterion) {
     let contract = snapshot.contract(tool);
     let policy = snapshot.policy_for(AGENT).unwrap();
     let agent = identify(&identity, &headers, None).unwrap();
-    let args = common::args();
+    let args = Args::from(common::args());
     let view = RequestView {
         method: "POST",
         path: "/search",
@@ -64,6 +65,12 @@ fn stages(c: &mut Criterion) {
 
     c.bench_function("classify/rest_1k_body", |b| {
         b.iter(|| classify(&snapshot, &Method::POST, "/search", None, black_box(&body)).unwrap())
+    });
+    // The minimal profile's contract: its schema accepts any object, so the body is only
+    // checked (proxy::args).
+    let open = common::snapshot_of(&common::policy_objects("minimal"));
+    c.bench_function("classify/rest_1k_body_open_schema", |b| {
+        b.iter(|| classify(&open, &Method::POST, "/search", None, black_box(&body)).unwrap())
     });
     c.bench_function("identify/static_token", |b| {
         b.iter(|| identify(&identity, black_box(&headers), None).unwrap())
@@ -145,7 +152,7 @@ fn stages(c: &mut Criterion) {
         agent: Some(AGENT.into()),
         session: Some("session-1".into()),
         tool: Some("search_logs".into()),
-        args_digest: Some(args_digest(&args)),
+        args_digest: Some(args_digest(args.value())),
         args: None,
         decision: "allow",
         code: None,
@@ -155,7 +162,7 @@ fn stages(c: &mut Criterion) {
         latency_us: 412,
     };
     c.bench_function("audit/args_digest_1k", |b| {
-        b.iter(|| args_digest(black_box(&args)))
+        b.iter(|| args_digest(black_box(args.value())))
     });
     c.bench_function("audit/chain_record", |b| {
         b.iter(|| chain(black_box(&entry), 42, GENESIS))

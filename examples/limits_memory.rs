@@ -19,6 +19,7 @@ use toolgate::control::quota::Quota;
 use toolgate::crd::{RateLimit, SessionLimits};
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
+use toolgate::proxy::args::Args;
 
 #[path = "common/rss.rs"]
 mod rss;
@@ -80,14 +81,14 @@ fn main() {
     phase("rate limits", &mut last);
     for i in 0..count {
         let session = format!("session-{i}");
-        let args = json!({"project_key": "OPS", "title": "disk full"});
+        let args = Args::from(json!({"project_key": "OPS", "title": "disk full"}));
         let call = Call::new("ops-bot", Some(&session), "create_issue", &args, None);
         let _ = ledger.admit(&call, Some(&session_limits));
     }
     phase("sessions", &mut last);
     for i in 0..count {
         let session = format!("session-{i}");
-        let args = json!({"project_key": "OPS", "title": "disk full"});
+        let args = Args::from(json!({"project_key": "OPS", "title": "disk full"}));
         let call = Call::new("ops-bot", Some(&session), "create_issue", &args, None);
         if let Ok(Turn::Lead(lead)) = ledger.dedupe().claim(&call, window) {
             lead.settle(answer.clone());

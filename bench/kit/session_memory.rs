@@ -8,6 +8,7 @@ use toolgate::config::Limits;
 use toolgate::control::quota::Quota;
 use toolgate::crd::{RateLimit, SessionLimits};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
+use toolgate::proxy::args::Args;
 
 #[path = "../../examples/common/rss.rs"]
 mod rss;
@@ -38,7 +39,8 @@ pub fn run(count: u64) -> anyhow::Result<()> {
     for i in 0..count {
         let agent = format!("agent-{}", i / 10);
         let session = format!("session-{i}");
-        let args = json!({"service": "orders", "query": "status:shipped", "limit": 100});
+        let args =
+            Args::from(json!({"service": "orders", "query": "status:shipped", "limit": 100}));
         let refused = |r: toolgate::proxy::reject::Reject| anyhow::anyhow!(r.message);
         ledger
             .check_rate(&agent, "search_logs", Some(&quota), None)

@@ -14,6 +14,8 @@ use crate::proxy::reject::Detail;
 pub struct Schema {
     validator: jsonschema::Validator,
     raw: Value,
+    /// Accepts every JSON object and fills in nothing (see [`Schema::accepts_any_object`]).
+    open: bool,
 }
 
 /// One schema violation, safe to show the agent.
@@ -33,7 +35,15 @@ impl Schema {
         Ok(Schema {
             validator,
             raw: raw.clone(),
+            open: accepts_any_object(raw),
         })
+    }
+
+    /// True when validating an object against this schema can only succeed and fill in
+    /// nothing: `{}`, `true`, or `{type: object}` with annotations at most. A call under
+    /// such a schema needs no parsed arguments for validation (`proxy::args`).
+    pub fn accepts_any_object(&self) -> bool {
+        self.open
     }
 
     pub fn raw(&self) -> &Value {
@@ -97,6 +107,19 @@ impl Schema {
     /// Removes object fields the schema does not declare, unless it explicitly allows more.
     pub fn project(&self, instance: &mut Value) {
         project(&self.raw, instance)
+    }
+}
+
+/// Keywords that constrain nothing: a schema made only of these accepts any object.
+const ANNOTATIONS: [&str; 3] = ["title", "description", "$comment"];
+
+fn accepts_any_object(schema: &Value) -> bool {
+    match schema {
+        Value::Bool(true) => true,
+        Value::Object(keywords) => keywords.iter().all(|(keyword, value)| {
+            ANNOTATIONS.contains(&keyword.as_str()) || (keyword == "type" && value == "object")
+        }),
+        _ => false,
     }
 }
 
@@ -175,6 +198,38 @@ pub fn empty_args() -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn only_schemas_without_constraints_accept_any_object() {
+        for open in [
+            json!({}),
+            json!(true),
+            json!({"type": "object"}),
+            json!({"type": "object", "title": "t", "description": "d", "$comment": "c"}),
+        ] {
+            assert!(
+                Schema::compile(&open).unwrap().accepts_any_object(),
+                "{open}"
+            );
+        }
+        for closed in [
+            json!(false),
+            json!({"type": "array"}),
+            json!({"type": ["object", "null"]}),
+            json!({"type": "object", "properties": {"a": {"default": 1}}}),
+            json!({"type": "object", "additionalProperties": false}),
+            json!({"required": ["a"]}),
+            json!({"minProperties": 1}),
+            json!({"$ref": "#/$defs/x", "$defs": {"x": {"type": "object"}}}),
+            json!({"not": {}}),
+        ] {
+            assert!(
+                !Schema::compile(&closed).unwrap().accepts_any_object(),
+                "{closed}"
+            );
+        }
+        assert!(!logs().accepts_any_object());
+    }
 
     fn logs() -> Schema {
         Schema::compile(&json!({

@@ -32,12 +32,12 @@ pub mod table;
 
 pub use clock::Clock;
 
-use serde_json::Value;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::control::quota::Quota;
 use crate::crd::SessionLimits;
+use crate::proxy::args::Args;
 use crate::proxy::reject::Reject;
 use canonical::{Key, KeyBuilder};
 use dedupe::Dedupe;
@@ -52,7 +52,7 @@ pub struct Call<'a> {
     pub session: Option<&'a str>,
     pub tool: &'a str,
     pub idempotency_key: Option<&'a str>,
-    args: &'a Value,
+    args: &'a Args,
     /// Computed on first use: an idempotent call without a session never needs it, and
     /// digesting the canonical arguments is a good part of a small call's cost.
     fingerprint: OnceLock<Key>,
@@ -63,7 +63,7 @@ impl<'a> Call<'a> {
         agent: &'a str,
         session: Option<&'a str>,
         tool: &'a str,
-        args: &'a Value,
+        args: &'a Args,
         idempotency_key: Option<&'a str>,
     ) -> Call<'a> {
         Call {
@@ -80,7 +80,7 @@ impl<'a> Call<'a> {
         *self.fingerprint.get_or_init(|| {
             KeyBuilder::new("call")
                 .text(self.tool)
-                .json(self.args)
+                .json(self.args.value())
                 .finish()
         })
     }

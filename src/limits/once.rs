@@ -104,6 +104,7 @@ mod tests {
     use super::super::clock::Clock;
     use super::super::dedupe::Buffered;
     use super::*;
+    use crate::proxy::args::Args;
     use serde_json::json;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -134,7 +135,7 @@ mod tests {
     async fn concurrent_duplicates_send_once() {
         let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
         let sent = Arc::new(AtomicUsize::new(0));
-        let args = json!({"a": 1});
+        let args = Args::from(json!({"a": 1}));
         let mut tasks = Vec::new();
         for _ in 0..20 {
             let (dedupe, sent, args) = (dedupe.clone(), sent.clone(), args.clone());
@@ -169,7 +170,7 @@ mod tests {
     #[tokio::test]
     async fn lead_timeout_does_not_cancel_the_send() {
         let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
-        let args = json!({});
+        let args = Args::from(json!({}));
         let call = Call::new("bot", None, "t", &args, None);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let send = async move {
@@ -204,7 +205,7 @@ mod tests {
     #[tokio::test]
     async fn a_lead_dropped_mid_send_still_answers_its_duplicates() {
         let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
-        let args = json!({});
+        let args = Args::from(json!({}));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
         let lead = {
@@ -236,7 +237,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_lead_is_not_sent_and_is_forgotten() {
         let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
-        let args = json!({});
+        let args = Args::from(json!({}));
         let call = Call::new("bot", Some("s"), "t", &args, None);
         let refuse = || Err(Reject::new(Code::BudgetExhausted, "spent"));
         let e = run(

@@ -126,6 +126,7 @@ fn key(agent: &str, session: &str) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::args::Args;
     use serde_json::{json, Value};
 
     fn mk_limits(max_calls: Option<u64>, max_repeats: Option<u32>) -> SessionLimits {
@@ -135,7 +136,7 @@ mod tests {
         }
     }
 
-    fn mk_call<'a>(agent: &'a str, session: Option<&'a str>, args: &'a Value) -> Call<'a> {
+    fn mk_call<'a>(agent: &'a str, session: Option<&'a str>, args: &'a Args) -> Call<'a> {
         Call::new(agent, session, "read_logs", args, None)
     }
 
@@ -143,7 +144,11 @@ mod tests {
     fn budget_admits_max_calls_then_refuses() {
         let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(Some(2), None);
-        let (a, b, c) = (json!({"n": 1}), json!({"n": 2}), json!({"n": 3}));
+        let (a, b, c) = (
+            Args::from(json!({"n": 1})),
+            Args::from(json!({"n": 2})),
+            Args::from(json!({"n": 3})),
+        );
         assert!(sessions
             .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
             .is_ok());
@@ -166,9 +171,10 @@ mod tests {
     fn repeats_in_a_row_are_a_loop_until_broken() {
         let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(None, Some(3));
-        let same = json!({"service": "orders", "w": 15});
-        let reordered: Value = serde_json::from_str(r#"{ "w":15, "service":"orders" }"#).unwrap();
-        let other = json!({"service": "payments"});
+        let same = Args::from(json!({"service": "orders", "w": 15}));
+        let reordered =
+            Args::from(serde_json::from_str::<Value>(r#"{ "w":15, "service":"orders" }"#).unwrap());
+        let other = Args::from(json!({"service": "payments"}));
         for args in [&same, &reordered, &same] {
             assert!(sessions
                 .admit(&mk_call("bot", Some("s"), args), Some(&limits))
@@ -192,7 +198,7 @@ mod tests {
     fn sessions_are_keyed_by_agent_and_session() {
         let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(Some(1), None);
-        let a = json!({});
+        let a = Args::from(json!({}));
         assert!(sessions
             .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
             .is_ok());
@@ -211,7 +217,7 @@ mod tests {
     fn no_session_means_no_session_limits() {
         let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
         let limits = mk_limits(Some(1), Some(1));
-        let a = json!({});
+        let a = Args::from(json!({}));
         for _ in 0..5 {
             assert!(sessions
                 .admit(&mk_call("bot", None, &a), Some(&limits))
@@ -224,7 +230,7 @@ mod tests {
     #[test]
     fn capacity_bounds_the_sessions() {
         let sessions = Sessions::new(1000, Duration::from_secs(60), Clock::fake());
-        let a = json!({});
+        let a = Args::from(json!({}));
         for i in 0..5000 {
             let id = format!("s-{i}");
             sessions
@@ -238,7 +244,7 @@ mod tests {
         let clock = Clock::fake();
         let sessions = Sessions::new(100, Duration::from_secs(60), clock.clone());
         let limits = mk_limits(Some(2), None);
-        let a = json!({});
+        let a = Args::from(json!({}));
         for _ in 0..2 {
             clock.advance(Duration::from_secs(50));
             assert!(sessions

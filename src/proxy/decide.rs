@@ -12,6 +12,7 @@ use crate::control::policy::Policy;
 use crate::control::rule::Bindings;
 use crate::identity::task::TaskTokens;
 use crate::limits::Ledger;
+use crate::proxy::args::Args;
 use crate::proxy::reject::Reject;
 use crate::proxy::stage::authorize::authorize;
 use crate::proxy::stage::identify::Agent;
@@ -31,7 +32,7 @@ pub fn decide(
     policy: &Policy,
     agent: &Agent,
     contract: &Contract,
-    args: Value,
+    args: Args,
     request: &RequestView<'_>,
     tasks: Option<&TaskTokens>,
 ) -> Result<Arguments, Reject> {
@@ -48,7 +49,7 @@ pub fn decide(
         // Only what the rules read is converted; the task token is verified only then.
         let reads = permit.grant.reads;
         let bindings = Bindings {
-            args: reads.args.then_some(Cow::Borrowed(&args.value)),
+            args: reads.args.then(|| Cow::Borrowed(args.value())),
             agent: reads.agent.then(|| Cow::Owned(agent.cel_value())),
             task: reads
                 .task
@@ -136,7 +137,7 @@ spec:
         };
         let policy = snapshot.policy_for("ops-bot").unwrap();
         let contract = snapshot.contract(snapshot.tool("t").unwrap());
-        decide(&ledger, policy, &agent, contract, args, &view, None)
+        decide(&ledger, policy, &agent, contract, args.into(), &view, None)
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
+use crate::proxy::args::Args;
 use crate::proxy::body::Body;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
 use crate::proxy::reject::Code;
@@ -76,9 +77,9 @@ impl Outcome {
         }
     }
 
-    pub fn set_args(&mut self, args: &serde_json::Value) {
+    pub fn set_args(&mut self, args: &Args) {
         if self.audited {
-            self.args_digest = Some(args_digest(args));
+            self.args_digest = Some(args_digest(args.value()));
         }
     }
 

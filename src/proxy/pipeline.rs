@@ -154,15 +154,12 @@ async fn process(
             outcome.decision = Decision::ShadowDeny;
             outcome.code = Some(reject.code);
             outcome.rule = reject.rule;
-            Arguments {
-                value: raw_args.unwrap_or_default(),
-                filled: false,
-            }
+            Arguments::unchecked(raw_args.unwrap_or_default())
         }
         Err(reject) => return Err(reject),
     };
     if contract.capture_arguments {
-        let mut captured = args.value.clone();
+        let mut captured = args.value().clone();
         contract.redact.iter().for_each(|r| r.apply(&mut captured));
         outcome.captured_args = Some(captured);
     }
@@ -179,7 +176,7 @@ async fn process(
         &agent.id,
         session.as_deref(),
         &contract.tool,
-        &args.value,
+        args.args(),
         idempotency_key.as_deref(),
     );
     let forward = rest::Forward {

@@ -109,7 +109,7 @@ fn exchange(call: &Forward<'_>) -> Exchange {
         &call.contract.tool,
     );
     let body = if call.json_body && call.args.filled {
-        body_with_defaults(&call.args.value, call.url_keys)
+        body_with_defaults(call.args.value(), call.url_keys)
     } else {
         call.body.clone()
     };

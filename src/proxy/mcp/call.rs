@@ -20,6 +20,7 @@ use crate::control::contract::Contract;
 use crate::control::policy::Policy;
 use crate::control::schema::empty_args;
 use crate::control::{Snapshot, ToolId};
+use crate::proxy::args::Args;
 use crate::proxy::decide::{decide, RequestView};
 use crate::proxy::gate::Gate;
 use crate::proxy::outcome::{Decision, Outcome};
@@ -36,7 +37,7 @@ pub struct Permit<'s> {
     pub contract: &'s Contract,
     pub policy: &'s Policy,
     /// The validated arguments (defaults filled), for session and duplicate keys.
-    pub args: Value,
+    pub args: Args,
     pub body: Bytes,
 }
 
@@ -45,7 +46,7 @@ pub struct Permit<'s> {
 pub fn govern<'s>(
     ex: &Exchange<'_>,
     snapshot: &'s Snapshot,
-    message: &Message,
+    message: &mut Message,
     original: Bytes,
     outcome: &mut Outcome,
 ) -> Result<Permit<'s>, Refusal> {
@@ -64,11 +65,13 @@ pub fn govern<'s>(
     };
     let contract = snapshot.contract(tool);
     outcome.set_tool(&contract.tool);
-    let args = params
-        .and_then(|p| p.get("arguments"))
+    // Taken, not copied: the message is forwarded as its original bytes, or rebuilt
+    // below with the filled arguments put back.
+    let args = message
+        .params_mut()
+        .and_then(|p| p.remove("arguments"))
         .filter(|a| !a.is_null())
-        .cloned()
-        .unwrap_or_else(empty_args);
+        .map_or_else(|| Args::from(empty_args()), Args::from);
     outcome.set_args(&args);
     // A disabled or ungoverned agent is refused even in shadow mode.
     let policy = authorize::policy(snapshot, &ex.agent.id).map_err(Refusal::of_call)?;
@@ -98,15 +101,12 @@ pub fn govern<'s>(
             outcome.decision = Decision::ShadowDeny;
             outcome.code = Some(reject.code);
             outcome.rule = reject.rule;
-            Arguments {
-                value: raw_args.unwrap_or_default(),
-                filled: false,
-            }
+            Arguments::unchecked(raw_args.unwrap_or_default())
         }
         Err(reject) => return Err(Refusal::of_call(reject)),
     };
     if contract.capture_arguments {
-        let mut captured = args.value.clone();
+        let mut captured = args.value().clone();
         contract.redact.iter().for_each(|r| r.apply(&mut captured));
         outcome.captured_args = Some(captured);
     }
@@ -121,7 +121,7 @@ pub fn govern<'s>(
     let body = if args.filled {
         let mut object = message.object.clone();
         if let Some(Value::Object(params)) = object.get_mut("params") {
-            params.insert("arguments".into(), args.value.clone());
+            params.insert("arguments".into(), args.value().clone());
         }
         Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
     } else {
@@ -131,7 +131,7 @@ pub fn govern<'s>(
         tool,
         contract,
         policy,
-        args: args.value,
+        args: args.into_args(),
         body,
     })
 }

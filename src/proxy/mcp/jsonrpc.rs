@@ -35,6 +35,10 @@ impl Message {
         self.object.get("params").and_then(Value::as_object)
     }
 
+    pub fn params_mut(&mut self) -> Option<&mut Map<String, Value>> {
+        self.object.get_mut("params").and_then(Value::as_object_mut)
+    }
+
     /// The id to echo in an answer: JSON-RPC uses `null` when there is none.
     pub fn reply_id(&self) -> Value {
         self.id.clone().unwrap_or(Value::Null)

@@ -40,12 +40,12 @@ use crate::proxy::upstream::{failure_reject, status_reject};
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
 pub async fn single(
     ex: &Exchange<'_>,
-    message: Message,
+    mut message: Message,
     original: Bytes,
     outcome: &mut Outcome,
 ) -> Response<Body> {
     let id = message.reply_id();
-    let delivered = match forward_call(ex, &message, original, outcome, false).await {
+    let delivered = match forward_call(ex, &mut message, original, outcome, false).await {
         Ok(Sent::Live(forwarded)) => deliver(ex, forwarded, &id, outcome).await,
         Ok(Sent::Once {
             snapshot,
@@ -63,11 +63,11 @@ pub async fn single(
 }
 
 /// One tools/call of a batch, with its own audit record; returns its answer.
-pub async fn element(ex: &Exchange<'_>, message: Message) -> Value {
+pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
     let mut outcome = ex.element_outcome();
     let id = message.reply_id();
     let bytes = Bytes::from(message.to_bytes());
-    let answer = match forward_call(ex, &message, bytes, &mut outcome, true).await {
+    let answer = match forward_call(ex, &mut message, bytes, &mut outcome, true).await {
         Ok(Sent::Live(forwarded)) => collect(ex, forwarded, &id).await,
         Ok(Sent::Once {
             snapshot,
@@ -107,7 +107,7 @@ enum Sent {
 /// Decides the call and, when it may run, forwards it; 2xx answers only come back live.
 async fn forward_call(
     ex: &Exchange<'_>,
-    message: &Message,
+    message: &mut Message,
     original: Bytes,
     outcome: &mut Outcome,
     split: bool,

@@ -4,6 +4,9 @@
 //! and query values are strings on the wire; one becomes the number or boolean the input
 //! schema declares only when the string is that value's exact spelling (`"30"` → `30`,
 //! but `"030"` stays a string and fails validation). A key given twice is an error.
+//!
+//! A body that alone carries the arguments of a contract whose schema accepts any object
+//! is only checked here, not parsed: nothing may need the tree (`proxy::args`).
 
 use bytes::Bytes;
 use http::Method;
@@ -12,13 +15,14 @@ use serde_json::{Map, Value};
 
 use crate::control::schema::Schema;
 use crate::control::{Snapshot, ToolId};
+use crate::proxy::args::{self, Args, Shape};
 use crate::proxy::reject::{Code, Detail, Reject};
 
 /// A classified REST call.
 #[derive(Debug)]
 pub struct Call {
     pub tool: ToolId,
-    pub args: Value,
+    pub args: Args,
     /// The body was a JSON object (defaults get written back into it when forwarded).
     pub json_body: bool,
     /// Arguments that came from the path or the query, not the body.
@@ -53,18 +57,24 @@ pub fn classify(
     }
     let url_keys: Vec<String> = args.keys().cloned().collect();
     let json_body = !body.is_empty();
+    if json_body && args.is_empty() && contract.input.accepts_any_object() {
+        args::check(body)
+            .map_err(not_json)
+            .and_then(|shape| match shape {
+                Shape::Object => Ok(()),
+                Shape::Other => Err(not_an_object()),
+            })?;
+        return Ok(Call {
+            tool: route.tool,
+            args: Args::checked_object(body.clone()),
+            json_body,
+            url_keys,
+        });
+    }
     if json_body {
-        let parsed: Value = serde_json::from_slice(body).map_err(|e| {
-            Reject::new(
-                Code::MalformedRequest,
-                format!("the body is not valid JSON: {e}"),
-            )
-        })?;
+        let parsed: Value = serde_json::from_slice(body).map_err(not_json)?;
         let Value::Object(fields) = parsed else {
-            return Err(Reject::new(
-                Code::MalformedRequest,
-                "the body must be a JSON object",
-            ));
+            return Err(not_an_object());
         };
         if args.is_empty() {
             // Nothing came from the path or query: the body's object is the arguments.
@@ -77,10 +87,21 @@ pub fn classify(
     }
     Ok(Call {
         tool: route.tool,
-        args: Value::Object(args),
+        args: Args::from(Value::Object(args)),
         json_body,
         url_keys,
     })
+}
+
+fn not_json(e: serde_json::Error) -> Reject {
+    Reject::new(
+        Code::MalformedRequest,
+        format!("the body is not valid JSON: {e}"),
+    )
+}
+
+fn not_an_object() -> Reject {
+    Reject::new(Code::MalformedRequest, "the body must be a JSON object")
 }
 
 fn decode(raw: &str, plus_is_space: bool) -> Result<String, Reject> {
@@ -168,6 +189,11 @@ spec:
       window_minutes: {type: integer}
       ratio: {type: number}
       verbose: {type: boolean}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: search}
+spec: {tool: search, http: {method: POST, path: /search}, input: {}}
 "#;
         Snapshot::build(&parse_documents("t", text).0, &BuildOptions::default(), 1).0
     }
@@ -184,8 +210,8 @@ spec:
         )
         .unwrap();
         assert_eq!(
-            call.args,
-            json!({"service": "or ders", "window_minutes": 30, "ratio": 0.5, "verbose": true, "x": "a b"})
+            call.args.value(),
+            &json!({"service": "or ders", "window_minutes": 30, "ratio": 0.5, "verbose": true, "x": "a b"})
         );
     }
 
@@ -200,7 +226,7 @@ spec:
             &Bytes::new(),
         )
         .unwrap();
-        assert_eq!(call.args["window_minutes"], "030");
+        assert_eq!(call.args.value()["window_minutes"], "030");
         let call = classify(
             &s,
             &Method::GET,
@@ -209,7 +235,7 @@ spec:
             &Bytes::new(),
         )
         .unwrap();
-        assert_eq!(call.args["window_minutes"], "1e3");
+        assert_eq!(call.args.value()["window_minutes"], "1e3");
     }
 
     #[test]
@@ -235,6 +261,33 @@ spec:
         )
         .unwrap_err();
         assert_eq!(e.details[0].pointer, "/service");
+    }
+
+    #[test]
+    fn an_open_contracts_body_is_checked_not_parsed() {
+        let s = mk_snapshot();
+        let body = Bytes::from(r#"{"q": "x", "n": [1, 2]}"#);
+        let call = classify(&s, &Method::POST, "/search", None, &body).unwrap();
+        assert!(call.json_body && !call.args.is_parsed());
+        assert_eq!(call.args.value(), &json!({"q": "x", "n": [1, 2]}));
+        for (bad, message) in [
+            ("{nope", "not valid JSON"),
+            (r#"{"a": 1e999}"#, "not valid JSON"),
+            ("[1]", "must be a JSON object"),
+            ("\"text\"", "must be a JSON object"),
+        ] {
+            let e = classify(&s, &Method::POST, "/search", None, &Bytes::from(bad)).unwrap_err();
+            assert_eq!(e.code, Code::MalformedRequest, "{bad}");
+            assert!(e.message.contains(message), "{bad}: {}", e.message);
+        }
+        // Arguments from the query as well: merged, so parsed.
+        let call = classify(&s, &Method::POST, "/search", Some("page=2"), &body).unwrap();
+        assert_eq!(
+            call.args.value(),
+            &json!({"q": "x", "n": [1, 2], "page": "2"})
+        );
+        let e = classify(&s, &Method::POST, "/search", Some("q=y"), &body).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArguments);
     }
 
     #[test]

@@ -7,20 +7,51 @@
 use serde_json::Value;
 
 use crate::control::contract::Contract;
+use crate::proxy::args::Args;
 use crate::proxy::reject::{Code, Reject};
 
 /// Validated arguments, defaults filled; `filled` says whether defaults were added.
 #[derive(Debug)]
 pub struct Arguments {
-    pub value: Value,
+    args: Args,
     pub filled: bool,
 }
 
-pub fn validate(contract: &Contract, mut args: Value) -> Result<Arguments, Reject> {
+impl Arguments {
+    /// Arguments forwarded without validation: what a shadow policy lets through.
+    pub fn unchecked(args: Args) -> Arguments {
+        Arguments {
+            args,
+            filled: false,
+        }
+    }
+
+    pub fn value(&self) -> &Value {
+        self.args.value()
+    }
+
+    pub fn args(&self) -> &Args {
+        &self.args
+    }
+
+    pub fn into_args(self) -> Args {
+        self.args
+    }
+}
+
+pub fn validate(contract: &Contract, args: Args) -> Result<Arguments, Reject> {
+    // Nothing to check or fill: the arguments stay as they came, unparsed if they were.
+    if contract.input.accepts_any_object() && args.is_object() {
+        return Ok(Arguments {
+            args,
+            filled: false,
+        });
+    }
+    let mut args = args.into_value();
     let filled = contract.input.fill_defaults(&mut args);
     if contract.input.is_valid(&args) {
         return Ok(Arguments {
-            value: args,
+            args: Args::from(args),
             filled,
         });
     }
@@ -61,24 +92,38 @@ mod tests {
 
     #[test]
     fn fills_defaults() {
-        let args = validate(&mk_contract(), json!({"service": "orders"})).unwrap();
-        assert_eq!(args.value["window_minutes"], 15);
+        let args = validate(&mk_contract(), json!({"service": "orders"}).into()).unwrap();
+        assert_eq!(args.value()["window_minutes"], 15);
         assert!(args.filled);
     }
 
     #[test]
+    fn an_open_schema_leaves_objects_unparsed_but_checks_other_values() {
+        let spec: ToolContractSpec =
+            serde_json::from_value(json!({"tool": "t", "input": {"type": "object"}})).unwrap();
+        let open = Contract::compile("ToolContract/t".into(), &spec).unwrap();
+        let body = bytes::Bytes::from_static(br#"{"q":"x"}"#);
+        let args = validate(&open, Args::checked_object(body)).unwrap();
+        assert!(!args.args().is_parsed() && !args.filled);
+        assert_eq!(args.value(), &json!({"q": "x"}));
+        // MCP arguments can be any JSON value: one that isn't an object is validated.
+        let e = validate(&open, json!("text").into()).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArguments);
+    }
+
+    #[test]
     fn missing_vs_invalid() {
-        let e = validate(&mk_contract(), json!({})).unwrap_err();
+        let e = validate(&mk_contract(), json!({}).into()).unwrap_err();
         assert_eq!(e.code, Code::MissingArgument);
         assert_eq!(e.details[0].pointer, "/service");
         let e = validate(
             &mk_contract(),
-            json!({"service": "orders", "window_minutes": "30"}),
+            json!({"service": "orders", "window_minutes": "30"}).into(),
         )
         .unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
         assert_eq!(e.details[0].keyword, "type");
-        let e = validate(&mk_contract(), json!({"window_minutes": "30"})).unwrap_err();
+        let e = validate(&mk_contract(), json!({"window_minutes": "30"}).into()).unwrap_err();
         assert_eq!(
             e.code,
             Code::InvalidArguments,

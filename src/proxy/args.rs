@@ -1,0 +1,222 @@
+//! A call's arguments, built into a JSON tree only when something reads them.
+//!
+//! Turning a 1 KiB REST body into a `serde_json::Value` (an allocation per key, string and
+//! tree node) was the largest single cost of a minimal call: 13,300 of its instructions
+//! (callgrind, `benchkit inproc --profile minimal`). Most contracts read the arguments
+//! anyway (a schema with constraints, rules over `args`, an audit digest, a call
+//! fingerprint). When none does, the body is only checked, in one pass that keeps
+//! nothing, and goes to the backend as it came.
+//!
+//! The check accepts exactly what the tree parser accepts: it drives serde_json's own
+//! deserializer through the same paths (strings decoded, numbers converted, same
+//! recursion limit, no trailing characters), so a checked body always parses later.
+
+use bytes::Bytes;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use std::fmt;
+use std::sync::OnceLock;
+
+/// Arguments, parsed or still the checked bytes of a JSON object.
+#[derive(Debug, Clone)]
+pub struct Args {
+    /// The body the value is parsed from on first use; `None` once built from a value.
+    raw: Option<Bytes>,
+    value: OnceLock<Value>,
+}
+
+/// What a body is, as far as [`check`] looks.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Shape {
+    Object,
+    Other,
+}
+
+impl Args {
+    /// Arguments from the bytes of a JSON object: [`check`] accepted them as
+    /// [`Shape::Object`].
+    pub fn checked_object(raw: Bytes) -> Args {
+        Args {
+            raw: Some(raw),
+            value: OnceLock::new(),
+        }
+    }
+
+    /// The arguments as a tree, parsed on the first call.
+    pub fn value(&self) -> &Value {
+        self.value.get_or_init(|| match &self.raw {
+            // `check` accepted these bytes, so this parse can't fail; should the two ever
+            // disagree, an empty object fails closed: schemas and rules see no arguments.
+            Some(raw) => serde_json::from_slice(raw).unwrap_or_else(|e| {
+                tracing::error!(error = %e, "a checked body did not parse");
+                Value::Object(Default::default())
+            }),
+            None => Value::Null,
+        })
+    }
+
+    pub fn into_value(mut self) -> Value {
+        self.value();
+        self.value.take().unwrap_or_default()
+    }
+
+    /// Whether the arguments are a JSON object; known without parsing checked bytes.
+    pub fn is_object(&self) -> bool {
+        self.raw.is_some() || self.value().is_object()
+    }
+
+    /// Whether the tree has been built (for tests and benchmarks).
+    pub fn is_parsed(&self) -> bool {
+        self.value.get().is_some()
+    }
+}
+
+impl From<Value> for Args {
+    fn from(value: Value) -> Args {
+        Args {
+            raw: None,
+            value: OnceLock::from(value),
+        }
+    }
+}
+
+impl Default for Args {
+    fn default() -> Args {
+        Args::from(Value::Null)
+    }
+}
+
+/// Checks that `body` is JSON and says whether it is an object, without keeping any of it.
+pub fn check(body: &[u8]) -> Result<Shape, serde_json::Error> {
+    serde_json::from_slice::<Checked>(body).map(|top| top.0)
+}
+
+/// One JSON value, walked and dropped.
+struct Checked(Shape);
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Checked, D::Error> {
+        // `deserialize_any`, as `Value` does: `deserialize_ignored_any` would skip numbers
+        // without converting them, and accept `1e999`, which `Value` refuses.
+        deserializer.deserialize_any(Walk)
+    }
+}
+
+struct Walk;
+
+impl<'de> Visitor<'de> for Walk {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Checked, A::Error> {
+        while items.next_element::<Checked>()?.is_some() {}
+        Ok(Checked(Shape::Other))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Checked, A::Error> {
+        while entries.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked(Shape::Object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The check and the tree parser agree on every input, the awkward ones included.
+    #[test]
+    fn the_check_accepts_exactly_what_the_parser_accepts() {
+        let deep_ok = format!("{}1{}", "[".repeat(100), "]".repeat(100));
+        let too_deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let inputs = [
+            r#"{"a":1,"b":[true,null,{"c":"d"}],"e":-1.5e3}"#,
+            r#"{}"#,
+            r#"  {"a" : "x"}  "#,
+            r#"{"a":"\ud83d\ude00 \n \u0041"}"#,
+            r#"{"a":"\ud800"}"#,
+            r#"{"a":"\ud800\u0041"}"#,
+            r#"{"a":1e999}"#,
+            r#"{"a":-1e999}"#,
+            r#"{"a":18446744073709551616}"#,
+            r#"{"a":-9223372036854775809}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1}}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"a":"tab	inside"}"#,
+            r#"{"a":"\x"}"#,
+            r#"{1:2}"#,
+            r#"{"a":nul}"#,
+            r#"[1,2]"#,
+            r#""text""#,
+            r#"12"#,
+            r#"null"#,
+            "",
+            "{",
+            "\u{feff}{}",
+            &deep_ok,
+            &too_deep,
+        ];
+        for input in inputs {
+            let parsed = serde_json::from_slice::<Value>(input.as_bytes());
+            let checked = check(input.as_bytes());
+            assert_eq!(
+                checked.is_ok(),
+                parsed.is_ok(),
+                "{input:?}: check {checked:?}, parse {parsed:?}"
+            );
+            if let (Ok(shape), Ok(value)) = (checked, parsed) {
+                assert_eq!(shape == Shape::Object, value.is_object(), "{input:?}");
+            }
+        }
+        // Invalid UTF-8 inside a string.
+        let bytes = b"{\"a\":\"\xff\"}";
+        assert_eq!(
+            check(bytes).is_ok(),
+            serde_json::from_slice::<Value>(bytes).is_ok()
+        );
+    }
+
+    #[test]
+    fn checked_bytes_parse_once_on_first_read() {
+        let args = Args::checked_object(Bytes::from_static(br#"{"service":"orders","n":3}"#));
+        assert!(!args.is_parsed());
+        assert!(args.is_object());
+        assert!(!args.is_parsed(), "known to be an object without parsing");
+        assert_eq!(args.value(), &json!({"service": "orders", "n": 3}));
+        assert!(args.is_parsed());
+        let copy = args.clone();
+        assert_eq!(copy.into_value(), json!({"service": "orders", "n": 3}));
+        assert_eq!(Args::from(json!({"x": 1})).value()["x"], 1);
+    }
+}
