@@ -64,13 +64,33 @@ fn stages(c: &mut Criterion) {
     };
 
     c.bench_function("classify/rest_1k_body", |b| {
-        b.iter(|| classify(&snapshot, &Method::POST, "/search", None, black_box(&body)).unwrap())
+        b.iter(|| {
+            classify(
+                &snapshot,
+                &Method::POST,
+                "/search",
+                None,
+                black_box(&body),
+                false,
+            )
+            .unwrap()
+        })
     });
     // The minimal profile's contract: its schema accepts any object, so the body is only
     // checked (proxy::args).
     let open = common::snapshot_of(&common::policy_objects("minimal"));
     c.bench_function("classify/rest_1k_body_open_schema", |b| {
-        b.iter(|| classify(&open, &Method::POST, "/search", None, black_box(&body)).unwrap())
+        b.iter(|| {
+            classify(
+                &open,
+                &Method::POST,
+                "/search",
+                None,
+                black_box(&body),
+                false,
+            )
+            .unwrap()
+        })
     });
     c.bench_function("identify/static_token", |b| {
         b.iter(|| identify(&identity, black_box(&headers), None).unwrap())
@@ -176,7 +196,7 @@ fn stages(c: &mut Criterion) {
     // authorize, rate, validate, rules.
     c.bench_function("call/gate_decision", |b| {
         b.iter(|| {
-            let call = classify(&snapshot, &Method::POST, "/search", None, &body).unwrap();
+            let call = classify(&snapshot, &Method::POST, "/search", None, &body, true).unwrap();
             let agent = identify(&identity, &headers, None).unwrap();
             let policy = authorize::policy(&snapshot, &agent.id).unwrap();
             let contract = snapshot.contract(call.tool);

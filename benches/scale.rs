@@ -72,7 +72,7 @@ fn per_call(c: &mut Criterion) {
                 b.iter(|| {
                     let (path, name, agent) = &calls[k % calls.len()];
                     k += 1;
-                    let call = classify(&snapshot, &Method::POST, path, None, &body).unwrap();
+                    let call = classify(&snapshot, &Method::POST, path, None, &body, true).unwrap();
                     // The MCP path looks tools up by name instead of by route.
                     assert_eq!(snapshot.tool(name), Some(call.tool));
                     let policy = authorize::policy(&snapshot, &agent.id).unwrap();

@@ -9,7 +9,9 @@
 //!
 //! The check accepts exactly what the tree parser accepts: it drives serde_json's own
 //! deserializer through the same paths (strings decoded, numbers converted, same
-//! recursion limit, no trailing characters), so a checked body always parses later.
+//! recursion limit, no trailing characters), so a checked body always parses later. That
+//! holds for serde_json as this crate builds it; its `arbitrary_precision` feature would
+//! hand numbers to the check as maps, and the parity test below would fail.
 
 use bytes::Bytes;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -25,31 +27,37 @@ pub struct Args {
     value: OnceLock<Value>,
 }
 
-/// What a body is, as far as [`check`] looks.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Shape {
-    Object,
-    Other,
+/// Why a body can't carry arguments.
+#[derive(Debug)]
+pub enum BodyError {
+    NotJson(serde_json::Error),
+    NotAnObject,
 }
 
 impl Args {
-    /// Arguments from the bytes of a JSON object: [`check`] accepted them as
-    /// [`Shape::Object`].
-    pub fn checked_object(raw: Bytes) -> Args {
-        Args {
-            raw: Some(raw),
-            value: OnceLock::new(),
+    /// Arguments from a body that must be one JSON object: checked now, parsed on first
+    /// read.
+    pub(crate) fn from_object_body(body: Bytes) -> Result<Args, BodyError> {
+        match check(&body) {
+            Ok(true) => Ok(Args {
+                raw: Some(body),
+                value: OnceLock::new(),
+            }),
+            Ok(false) => Err(BodyError::NotAnObject),
+            Err(e) => Err(BodyError::NotJson(e)),
         }
     }
 
     /// The arguments as a tree, parsed on the first call.
     pub fn value(&self) -> &Value {
         self.value.get_or_init(|| match &self.raw {
-            // `check` accepted these bytes, so this parse can't fail; should the two ever
-            // disagree, an empty object fails closed: schemas and rules see no arguments.
+            // The check accepted these bytes, so this parse can't fail (see the module
+            // docs). Were it to, `null` is what rules and digests see: rules reading
+            // `args` then fail their call, but the original bytes would still be what the
+            // backend gets, so the parity test guards this.
             Some(raw) => serde_json::from_slice(raw).unwrap_or_else(|e| {
                 tracing::error!(error = %e, "a checked body did not parse");
-                Value::Object(Default::default())
+                Value::Null
             }),
             None => Value::Null,
         })
@@ -60,7 +68,7 @@ impl Args {
         self.value.take().unwrap_or_default()
     }
 
-    /// Whether the arguments are a JSON object; known without parsing checked bytes.
+    /// Whether the arguments are a JSON object; known without parsing a checked body.
     pub fn is_object(&self) -> bool {
         self.raw.is_some() || self.value().is_object()
     }
@@ -87,12 +95,16 @@ impl Default for Args {
 }
 
 /// Checks that `body` is JSON and says whether it is an object, without keeping any of it.
-pub fn check(body: &[u8]) -> Result<Shape, serde_json::Error> {
-    serde_json::from_slice::<Checked>(body).map(|top| top.0)
+fn check(body: &[u8]) -> Result<bool, serde_json::Error> {
+    serde_json::from_slice::<Checked>(body).map(|top| top.is_object)
 }
 
 /// One JSON value, walked and dropped.
-struct Checked(Shape);
+struct Checked {
+    is_object: bool,
+}
+
+const OTHER: Checked = Checked { is_object: false };
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Checked, D::Error> {
@@ -112,37 +124,37 @@ impl<'de> Visitor<'de> for Walk {
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Checked, A::Error> {
         while items.next_element::<Checked>()?.is_some() {}
-        Ok(Checked(Shape::Other))
+        Ok(OTHER)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Checked, A::Error> {
         while entries.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked(Shape::Object))
+        Ok(Checked { is_object: true })
     }
 }
 
@@ -195,8 +207,8 @@ mod tests {
                 parsed.is_ok(),
                 "{input:?}: check {checked:?}, parse {parsed:?}"
             );
-            if let (Ok(shape), Ok(value)) = (checked, parsed) {
-                assert_eq!(shape == Shape::Object, value.is_object(), "{input:?}");
+            if let (Ok(is_object), Ok(value)) = (checked, parsed) {
+                assert_eq!(is_object, value.is_object(), "{input:?}");
             }
         }
         // Invalid UTF-8 inside a string.
@@ -209,7 +221,8 @@ mod tests {
 
     #[test]
     fn checked_bytes_parse_once_on_first_read() {
-        let args = Args::checked_object(Bytes::from_static(br#"{"service":"orders","n":3}"#));
+        let args =
+            Args::from_object_body(Bytes::from_static(br#"{"service":"orders","n":3}"#)).unwrap();
         assert!(!args.is_parsed());
         assert!(args.is_object());
         assert!(!args.is_parsed(), "known to be an object without parsing");
@@ -218,5 +231,13 @@ mod tests {
         let copy = args.clone();
         assert_eq!(copy.into_value(), json!({"service": "orders", "n": 3}));
         assert_eq!(Args::from(json!({"x": 1})).value()["x"], 1);
+        assert!(matches!(
+            Args::from_object_body(Bytes::from_static(b"[1]")),
+            Err(BodyError::NotAnObject)
+        ));
+        assert!(matches!(
+            Args::from_object_body(Bytes::from_static(b"{")),
+            Err(BodyError::NotJson(_))
+        ));
     }
 }

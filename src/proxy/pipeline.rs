@@ -106,12 +106,15 @@ async fn process(
     outcome.policy_version = Some(snapshot.version);
 
     let body = read_body(gate, &parts.headers, body).await?;
+    // The audit digest and a session's fingerprint read every call's arguments.
+    let reads_args = outcome.audited || session.is_some();
     let call = classify(
         &snapshot,
         &parts.method,
         parts.uri.path(),
         parts.uri.query(),
         &body,
+        reads_args,
     )?;
     let contract = snapshot.contract(call.tool);
     outcome.set_tool(&contract.tool);

@@ -6,7 +6,10 @@
 //! but `"030"` stays a string and fails validation). A key given twice is an error.
 //!
 //! A body that alone carries the arguments of a contract whose schema accepts any object
-//! is only checked here, not parsed: nothing may need the tree (`proxy::args`).
+//! is only checked here, not parsed, when nothing known yet will read them: no audit
+//! digest or session fingerprint (the caller says), no duplicate suppression or capture
+//! (the contract says). A rule reading `args` still gets them, parsed then
+//! (`proxy::args`).
 
 use bytes::Bytes;
 use http::Method;
@@ -15,7 +18,7 @@ use serde_json::{Map, Value};
 
 use crate::control::schema::Schema;
 use crate::control::{Snapshot, ToolId};
-use crate::proxy::args::{self, Args, Shape};
+use crate::proxy::args::{Args, BodyError};
 use crate::proxy::reject::{Code, Detail, Reject};
 
 /// A classified REST call.
@@ -35,6 +38,7 @@ pub fn classify(
     path: &str,
     query: Option<&str>,
     body: &Bytes,
+    reads_args: bool,
 ) -> Result<Call, Reject> {
     let Some(route) = snapshot.routes.find(method, path) else {
         return Err(Reject::new(
@@ -57,16 +61,15 @@ pub fn classify(
     }
     let url_keys: Vec<String> = args.keys().cloned().collect();
     let json_body = !body.is_empty();
-    if json_body && args.is_empty() && contract.input.accepts_any_object() {
-        args::check(body)
-            .map_err(not_json)
-            .and_then(|shape| match shape {
-                Shape::Object => Ok(()),
-                Shape::Other => Err(not_an_object()),
-            })?;
+    let unread = !reads_args && contract.idempotent && !contract.capture_arguments;
+    if json_body && args.is_empty() && unread && contract.input.accepts_any_object() {
+        let args = Args::from_object_body(body.clone()).map_err(|e| match e {
+            BodyError::NotJson(e) => not_json(e),
+            BodyError::NotAnObject => not_an_object(),
+        })?;
         return Ok(Call {
             tool: route.tool,
-            args: Args::checked_object(body.clone()),
+            args,
             json_body,
             url_keys,
         });
@@ -193,7 +196,12 @@ spec:
 apiVersion: toolgate.dev/v1alpha1
 kind: ToolContract
 metadata: {name: search}
-spec: {tool: search, http: {method: POST, path: /search}, input: {}}
+spec: {tool: search, http: {method: POST, path: /search}, input: {}, idempotent: true}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: create}
+spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent: false}
 "#;
         Snapshot::build(&parse_documents("t", text).0, &BuildOptions::default(), 1).0
     }
@@ -207,6 +215,7 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
             "/logs/or%20ders",
             Some("window_minutes=30&ratio=0.5&verbose=true&x=a+b"),
             &Bytes::new(),
+            false,
         )
         .unwrap();
         assert_eq!(
@@ -224,6 +233,7 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
             "/logs/a",
             Some("window_minutes=030"),
             &Bytes::new(),
+            false,
         )
         .unwrap();
         assert_eq!(call.args.value()["window_minutes"], "030");
@@ -233,6 +243,7 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
             "/logs/a",
             Some("window_minutes=1e3"),
             &Bytes::new(),
+            false,
         )
         .unwrap();
         assert_eq!(call.args.value()["window_minutes"], "1e3");
@@ -247,10 +258,19 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
             "/logs/a",
             Some("service=b"),
             &Bytes::new(),
+            false,
         )
         .unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
-        let e = classify(&s, &Method::GET, "/logs/a", Some("x=1&x=2"), &Bytes::new()).unwrap_err();
+        let e = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            Some("x=1&x=2"),
+            &Bytes::new(),
+            false,
+        )
+        .unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
         let e = classify(
             &s,
@@ -258,6 +278,7 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
             "/logs/a",
             None,
             &Bytes::from(r#"{"service":"b"}"#),
+            false,
         )
         .unwrap_err();
         assert_eq!(e.details[0].pointer, "/service");
@@ -267,7 +288,7 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
     fn an_open_contracts_body_is_checked_not_parsed() {
         let s = mk_snapshot();
         let body = Bytes::from(r#"{"q": "x", "n": [1, 2]}"#);
-        let call = classify(&s, &Method::POST, "/search", None, &body).unwrap();
+        let call = classify(&s, &Method::POST, "/search", None, &body, false).unwrap();
         assert!(call.json_body && !call.args.is_parsed());
         assert_eq!(call.args.value(), &json!({"q": "x", "n": [1, 2]}));
         for (bad, message) in [
@@ -276,17 +297,24 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
             ("[1]", "must be a JSON object"),
             ("\"text\"", "must be a JSON object"),
         ] {
-            let e = classify(&s, &Method::POST, "/search", None, &Bytes::from(bad)).unwrap_err();
+            let e =
+                classify(&s, &Method::POST, "/search", None, &Bytes::from(bad), false).unwrap_err();
             assert_eq!(e.code, Code::MalformedRequest, "{bad}");
             assert!(e.message.contains(message), "{bad}: {}", e.message);
         }
+        // Parsed at once when they will be read anyway: by the caller (an audit digest, a
+        // session's fingerprint) or for the contract (duplicate suppression).
+        let call = classify(&s, &Method::POST, "/search", None, &body, true).unwrap();
+        assert!(call.args.is_parsed());
+        let call = classify(&s, &Method::POST, "/create", None, &body, false).unwrap();
+        assert!(call.args.is_parsed());
         // Arguments from the query as well: merged, so parsed.
-        let call = classify(&s, &Method::POST, "/search", Some("page=2"), &body).unwrap();
+        let call = classify(&s, &Method::POST, "/search", Some("page=2"), &body, false).unwrap();
         assert_eq!(
             call.args.value(),
             &json!({"q": "x", "n": [1, 2], "page": "2"})
         );
-        let e = classify(&s, &Method::POST, "/search", Some("q=y"), &body).unwrap_err();
+        let e = classify(&s, &Method::POST, "/search", Some("q=y"), &body, false).unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
     }
 
@@ -294,22 +322,38 @@ spec: {tool: search, http: {method: POST, path: /search}, input: {}}
     fn bad_bodies_and_unknown_routes() {
         let s = mk_snapshot();
         assert_eq!(
-            classify(&s, &Method::GET, "/nope", None, &Bytes::new())
+            classify(&s, &Method::GET, "/nope", None, &Bytes::new(), false)
                 .unwrap_err()
                 .code,
             Code::UnknownTool
         );
         assert_eq!(
-            classify(&s, &Method::POST, "/logs/a", None, &Bytes::new())
+            classify(&s, &Method::POST, "/logs/a", None, &Bytes::new(), false)
                 .unwrap_err()
                 .code,
             Code::UnknownTool
         );
-        let e = classify(&s, &Method::GET, "/logs/a", None, &Bytes::from("{nope")).unwrap_err();
+        let e = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            None,
+            &Bytes::from("{nope"),
+            false,
+        )
+        .unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = classify(&s, &Method::GET, "/logs/a", None, &Bytes::from("[1]")).unwrap_err();
+        let e = classify(
+            &s,
+            &Method::GET,
+            "/logs/a",
+            None,
+            &Bytes::from("[1]"),
+            false,
+        )
+        .unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = classify(&s, &Method::GET, "/logs/%ff", None, &Bytes::new()).unwrap_err();
+        let e = classify(&s, &Method::GET, "/logs/%ff", None, &Bytes::new(), false).unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
     }
 }

@@ -1,5 +1,7 @@
 //! validate: the arguments against the contract's input schema, defaults filled first so
-//! rules and the backend see the same complete arguments.
+//! rules and the backend see the same complete arguments. A schema that accepts any object
+//! (`Schema::accepts_any_object`) has nothing to check or fill in an object, so such
+//! arguments pass as they are, unparsed if they were.
 //!
 //! A call whose only problems are absent `required` properties is `MISSING_ARGUMENT`
 //! (the agent should ask the user); any other violation is `INVALID_ARGUMENTS`.
@@ -103,7 +105,7 @@ mod tests {
             serde_json::from_value(json!({"tool": "t", "input": {"type": "object"}})).unwrap();
         let open = Contract::compile("ToolContract/t".into(), &spec).unwrap();
         let body = bytes::Bytes::from_static(br#"{"q":"x"}"#);
-        let args = validate(&open, Args::checked_object(body)).unwrap();
+        let args = validate(&open, Args::from_object_body(body).unwrap()).unwrap();
         assert!(!args.args().is_parsed() && !args.filled);
         assert_eq!(args.value(), &json!({"q": "x"}));
         // MCP arguments can be any JSON value: one that isn't an object is validated.
