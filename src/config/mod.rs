@@ -245,11 +245,13 @@ impl Default for Limits {
             max_response_bytes: 8 << 20,
             max_connections: 4096,
             drain_timeout_ms: 15_000,
-            // Worst case ~3.5 MB, ~13 MB and ~12 MB resident (examples/limits_memory.rs).
+            // Worst case ~3.5 MB, ~13 MB and ~10 MB resident (examples/limits_memory.rs).
             max_rate_limiters: 10_000,
             max_sessions: 50_000,
             session_idle_seconds: 3600,
-            dedupe_max_bytes: 16 << 20,
+            // Room for one result of `max_response_bytes` (8 MiB) and ~20,000 small ones,
+            // within the sidecar's 60 MB under load (BENCHMARKS.md, fourth round).
+            dedupe_max_bytes: 12 << 20,
         }
     }
 }
