@@ -22,7 +22,8 @@ use std::sync::OnceLock;
 /// Arguments, parsed or still the checked bytes of a JSON object.
 #[derive(Debug, Clone)]
 pub struct Args {
-    /// The body the value is parsed from on first use; `None` once built from a value.
+    /// The checked body the value is parsed from on first use; `None` when built from a
+    /// value.
     raw: Option<Bytes>,
     value: OnceLock<Value>,
 }
