@@ -50,12 +50,7 @@ impl Verified {
         // Verified outside the table's lock: two first uses of one token may both verify.
         let claims = Arc::new(verify()?);
         let now = self.clock.now();
-        let put = Op::Put {
-            value: claims.clone(),
-            weight: 1,
-            expires_at: now + TTL,
-        };
-        self.cache.compute(key, now, |_| (put, ()));
+        self.cache.insert(key, now, claims.clone(), 1, now + TTL);
         Ok(claims)
     }
 

@@ -133,6 +133,21 @@ impl<V> Table<V> {
         result
     }
 
+    /// Puts `value` under `key`, whatever was there.
+    pub fn insert(&self, key: Key, now: Duration, value: V, weight: u32, expires_at: Duration) {
+        let put = Op::Put {
+            value,
+            weight,
+            expires_at,
+        };
+        self.compute(key, now, |_| (put, ()));
+    }
+
+    /// Drops the entry under `key`, if any.
+    pub fn remove(&self, key: Key, now: Duration) {
+        self.compute(key, now, |_| (Op::Remove, ()));
+    }
+
     /// Entries held, expired ones not yet dropped included.
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).entries.len()).sum()

@@ -74,8 +74,9 @@ impl Args {
         self.raw.is_some() || self.value().is_object()
     }
 
-    /// Whether the tree has been built (for tests and benchmarks).
-    pub fn is_parsed(&self) -> bool {
+    /// Whether the tree has been built.
+    #[cfg(test)]
+    pub(crate) fn is_parsed(&self) -> bool {
         self.value.get().is_some()
     }
 }

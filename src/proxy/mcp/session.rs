@@ -47,12 +47,8 @@ impl Sessions {
     /// Records that the upstream issued `session` to `agent`.
     pub fn bind(&self, session: &str, agent: &Arc<str>) {
         let now = self.clock.now();
-        let put = Op::Put {
-            value: agent.clone(),
-            weight: 1,
-            expires_at: now + self.idle,
-        };
-        self.owners.compute(key(session), now, |_| (put, ()));
+        self.owners
+            .insert(key(session), now, agent.clone(), 1, now + self.idle);
     }
 
     /// Whether `agent` may use `session`; a refusal is the `404` of an ended session.
@@ -79,8 +75,7 @@ impl Sessions {
 
     /// Forgets a session its agent ended.
     pub fn end(&self, session: &str) {
-        let now = self.clock.now();
-        self.owners.compute(key(session), now, |_| (Op::Remove, ()));
+        self.owners.remove(key(session), self.clock.now());
     }
 }
 

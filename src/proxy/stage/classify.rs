@@ -206,16 +206,20 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
         Snapshot::build(&parse_documents("t", text).0, &BuildOptions::default(), 1).0
     }
 
+    /// A GET classified with nothing known to read its arguments.
+    fn get(s: &Snapshot, path: &str, query: Option<&str>, body: &str) -> Result<Call, Reject> {
+        let body = Bytes::copy_from_slice(body.as_bytes());
+        classify(s, &Method::GET, path, query, &body, false)
+    }
+
     #[test]
     fn merges_path_query_and_converts_exact_spellings() {
         let s = mk_snapshot();
-        let call = classify(
+        let call = get(
             &s,
-            &Method::GET,
             "/logs/or%20ders",
             Some("window_minutes=30&ratio=0.5&verbose=true&x=a+b"),
-            &Bytes::new(),
-            false,
+            "",
         )
         .unwrap();
         assert_eq!(
@@ -227,60 +231,20 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
     #[test]
     fn inexact_spellings_stay_strings() {
         let s = mk_snapshot();
-        let call = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            Some("window_minutes=030"),
-            &Bytes::new(),
-            false,
-        )
-        .unwrap();
+        let call = get(&s, "/logs/a", Some("window_minutes=030"), "").unwrap();
         assert_eq!(call.args.value()["window_minutes"], "030");
-        let call = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            Some("window_minutes=1e3"),
-            &Bytes::new(),
-            false,
-        )
-        .unwrap();
+        let call = get(&s, "/logs/a", Some("window_minutes=1e3"), "").unwrap();
         assert_eq!(call.args.value()["window_minutes"], "1e3");
     }
 
     #[test]
     fn a_key_given_twice_is_invalid() {
         let s = mk_snapshot();
-        let e = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            Some("service=b"),
-            &Bytes::new(),
-            false,
-        )
-        .unwrap_err();
+        let e = get(&s, "/logs/a", Some("service=b"), "").unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
-        let e = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            Some("x=1&x=2"),
-            &Bytes::new(),
-            false,
-        )
-        .unwrap_err();
+        let e = get(&s, "/logs/a", Some("x=1&x=2"), "").unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
-        let e = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            None,
-            &Bytes::from(r#"{"service":"b"}"#),
-            false,
-        )
-        .unwrap_err();
+        let e = get(&s, "/logs/a", None, r#"{"service":"b"}"#).unwrap_err();
         assert_eq!(e.details[0].pointer, "/service");
     }
 
@@ -322,9 +286,7 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
     fn bad_bodies_and_unknown_routes() {
         let s = mk_snapshot();
         assert_eq!(
-            classify(&s, &Method::GET, "/nope", None, &Bytes::new(), false)
-                .unwrap_err()
-                .code,
+            get(&s, "/nope", None, "").unwrap_err().code,
             Code::UnknownTool
         );
         assert_eq!(
@@ -333,27 +295,11 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
                 .code,
             Code::UnknownTool
         );
-        let e = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            None,
-            &Bytes::from("{nope"),
-            false,
-        )
-        .unwrap_err();
+        let e = get(&s, "/logs/a", None, "{nope").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = classify(
-            &s,
-            &Method::GET,
-            "/logs/a",
-            None,
-            &Bytes::from("[1]"),
-            false,
-        )
-        .unwrap_err();
+        let e = get(&s, "/logs/a", None, "[1]").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = classify(&s, &Method::GET, "/logs/%ff", None, &Bytes::new(), false).unwrap_err();
+        let e = get(&s, "/logs/%ff", None, "").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
     }
 }
