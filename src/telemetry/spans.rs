@@ -20,7 +20,8 @@ use opentelemetry_sdk::Resource;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::export::{Admission, RuntimeHttpClient};
+use super::batch::Batcher;
+use super::export::RuntimeHttpClient;
 use super::metrics::Metrics;
 use super::trace::TraceContext;
 use crate::config::{OtlpProtocol, Telemetry};
@@ -47,7 +48,8 @@ impl Tracing {
         let Some(endpoint) = &settings.otlp_endpoint else {
             return Ok(Tracing::disabled());
         };
-        let processor = match settings.otlp_protocol {
+        let cap = settings.max_queued_spans;
+        let started = match settings.otlp_protocol {
             OtlpProtocol::Grpc => {
                 let exporter = opentelemetry_otlp::SpanExporter::builder()
                     .with_tonic()
@@ -55,7 +57,7 @@ impl Tracing {
                     .with_timeout(EXPORT_TIMEOUT)
                     .build()
                     .map_err(|e| format!("telemetry.otlpEndpoint: {e}"))?;
-                Admission::new(exporter, settings.max_queued_spans.max(1), metrics)
+                Batcher::new(exporter, cap, metrics)
             }
             OtlpProtocol::Http => {
                 // A programmatic endpoint is used verbatim: name the traces path.
@@ -72,9 +74,11 @@ impl Tracing {
                     .with_timeout(EXPORT_TIMEOUT)
                     .build()
                     .map_err(|e| format!("telemetry.otlpEndpoint: {e}"))?;
-                Admission::new(exporter, settings.max_queued_spans.max(1), metrics)
+                Batcher::new(exporter, cap, metrics)
             }
         };
+        let processor =
+            started.map_err(|e| format!("telemetry: cannot start the span exporter: {e}"))?;
         let provider = SdkTracerProvider::builder()
             .with_resource(
                 Resource::builder()

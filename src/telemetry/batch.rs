@@ -1,0 +1,380 @@
+//! The span processor: finished spans are queued and a worker thread sends them to the
+//! exporter in batches, so telemetry can never slow or break a call.
+//!
+//! - At most `cap` spans are queued or being exported; past it a span is dropped and
+//!   counted in `toolgate_spans_dropped_total`. With the collector down or slow, calls keep
+//!   their latency: nothing on a call's path waits for the queue or the exporter.
+//! - The queue takes memory only for the spans in it. The SDK's own batch processor
+//!   allocates its whole queue (a bounded channel of span slots) when it starts, ~1.8 MB
+//!   at the default cap, which an idle sidecar would carry for its lifetime. Here the
+//!   queue is an unbounded channel, which allocates its blocks as spans arrive and frees
+//!   them as they leave, and the admission count is the bound.
+//! - A call never wakes the worker for its span: the worker sleeps on a control channel
+//!   and wakes on a timer ([`DELAY`]), on a full batch's worth of arrivals, or when asked
+//!   to flush or shut down.
+
+use opentelemetry::Context;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::Resource;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::telemetry::metrics::Metrics;
+
+/// Spans per export request.
+const BATCH: usize = 512;
+/// The longest a span waits in the queue when fewer than a batch arrive.
+const DELAY: Duration = Duration::from_millis(200);
+/// How long `force_flush` waits for the worker.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the worker is asked to do besides its timer.
+enum Control {
+    /// A batch's worth of spans has arrived.
+    Export,
+    Flush(SyncSender<OTelSdkResult>),
+    Shutdown(SyncSender<OTelSdkResult>),
+    Resource(Resource),
+}
+
+/// The sidecar's span processor (see the module doc).
+#[derive(Debug)]
+pub struct Batcher {
+    spans: Sender<SpanData>,
+    control: SyncSender<Control>,
+    /// Spans queued or being exported.
+    queued: Arc<AtomicUsize>,
+    cap: usize,
+    metrics: Arc<Metrics>,
+    shut: AtomicBool,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Batcher {
+    /// Starts the worker thread. `cap`: spans queued or being exported at most.
+    pub fn new<E: SpanExporter + 'static>(
+        exporter: E,
+        cap: usize,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Batcher> {
+        let (spans, spans_rx) = mpsc::channel();
+        // Only control messages wait here, and at most one `Export` per batch of arrivals.
+        let (control, control_rx) = mpsc::sync_channel(16);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let worker = Worker {
+            exporter,
+            spans: spans_rx,
+            queued: queued.clone(),
+            cap: cap.max(1),
+        };
+        let worker = std::thread::Builder::new()
+            .name("toolgate-spans".into())
+            .spawn(move || worker.run(control_rx))?;
+        Ok(Batcher {
+            spans,
+            control,
+            queued,
+            cap: cap.max(1),
+            metrics,
+            shut: AtomicBool::new(false),
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    fn drop_span(&self) {
+        self.queued.fetch_sub(1, Ordering::AcqRel);
+        self.metrics.spans_dropped.inc();
+    }
+
+    /// Sends `make(ack)` to the worker and waits up to `timeout` for its answer.
+    fn ask(
+        &self,
+        make: impl FnOnce(SyncSender<OTelSdkResult>) -> Control,
+        timeout: Duration,
+    ) -> OTelSdkResult {
+        let (ack, answer) = mpsc::sync_channel(1);
+        self.control
+            .send(make(ack))
+            .map_err(|_| OTelSdkError::AlreadyShutdown)?;
+        match answer.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(RecvTimeoutError::Timeout) => Err(OTelSdkError::Timeout(timeout)),
+            Err(RecvTimeoutError::Disconnected) => Err(OTelSdkError::AlreadyShutdown),
+        }
+    }
+}
+
+impl SpanProcessor for Batcher {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        let before = self.queued.fetch_add(1, Ordering::AcqRel);
+        if before >= self.cap || self.spans.send(span).is_err() {
+            self.drop_span();
+            return;
+        }
+        // Every BATCH-th arrival wakes the worker; a full control channel means it is
+        // already awake with work to do, and the timer is the backstop either way.
+        if (before + 1).is_multiple_of(BATCH) {
+            let _ = self.control.try_send(Control::Export);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.ask(Control::Flush, FLUSH_TIMEOUT)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        if self.shut.swap(true, Ordering::AcqRel) {
+            return Err(OTelSdkError::AlreadyShutdown);
+        }
+        let result = self.ask(Control::Shutdown, timeout);
+        // Joined only once it has answered: a worker stuck in an export is left behind.
+        if result.is_ok() {
+            let worker = self.worker.lock().ok().and_then(|mut w| w.take());
+            if let Some(worker) = worker {
+                let _ = worker.join();
+            }
+        }
+        result
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        let _ = self.control.send(Control::Resource(resource.clone()));
+    }
+}
+
+/// The thread that owns the exporter.
+struct Worker<E> {
+    exporter: E,
+    spans: Receiver<SpanData>,
+    queued: Arc<AtomicUsize>,
+    cap: usize,
+}
+
+impl<E: SpanExporter> Worker<E> {
+    fn run(mut self, control: Receiver<Control>) {
+        // The exporter's own work (HTTP, gRPC) must not make spans of its own.
+        let _quiet = Context::enter_telemetry_suppressed_scope();
+        let mut due = Instant::now() + DELAY;
+        loop {
+            let wait = due.saturating_duration_since(Instant::now());
+            match control.recv_timeout(wait) {
+                Ok(Control::Export) | Err(RecvTimeoutError::Timeout) => {
+                    // A failed batch is logged where it fails; the next one tries again.
+                    let _ = self.export_queued();
+                    due = Instant::now() + DELAY;
+                }
+                Ok(Control::Flush(ack)) => {
+                    let _ = ack.send(self.export_queued());
+                }
+                Ok(Control::Resource(resource)) => self.exporter.set_resource(&resource),
+                Ok(Control::Shutdown(ack)) => {
+                    let result = self.export_queued();
+                    let _ = self.exporter.shutdown();
+                    let _ = ack.send(result);
+                    return;
+                }
+                // The processor is gone without a shutdown: send what is left, then stop.
+                Err(RecvTimeoutError::Disconnected) => {
+                    let _ = self.export_queued();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Exports the spans queued now, in batches. Bounded to what fits under the cap, so a
+    /// steady stream of arrivals cannot keep the worker from its control messages.
+    fn export_queued(&self) -> OTelSdkResult {
+        let mut result = Ok(());
+        for _ in 0..self.cap.div_ceil(BATCH) {
+            let batch: Vec<SpanData> = self.spans.try_iter().take(BATCH).collect();
+            if batch.is_empty() {
+                break;
+            }
+            let n = batch.len();
+            let sent = futures_executor::block_on(self.exporter.export(batch));
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+            if let Err(e) = sent {
+                tracing::debug!(error = %e, spans = n, "span export failed");
+                result = Err(e);
+            }
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceState};
+    use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
+    use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
+    use std::borrow::Cow;
+    use std::time::SystemTime;
+
+    /// Collects what it is sent; blocks each export until `open` while `gate` is set.
+    #[derive(Debug, Clone, Default)]
+    struct Collector {
+        sent: Arc<Mutex<Vec<String>>>,
+        batches: Arc<AtomicUsize>,
+        gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
+        shut: Arc<AtomicBool>,
+    }
+
+    impl Collector {
+        fn close(&self) {
+            *self.gate.0.lock().unwrap() = true;
+        }
+
+        fn open(&self) {
+            *self.gate.0.lock().unwrap() = false;
+            self.gate.1.notify_all();
+        }
+
+        fn names(&self) -> Vec<String> {
+            self.sent.lock().unwrap().clone()
+        }
+    }
+
+    impl SpanExporter for Collector {
+        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            let mut closed = self.gate.0.lock().unwrap();
+            while *closed {
+                closed = self.gate.1.wait(closed).unwrap();
+            }
+            self.batches.fetch_add(1, Ordering::SeqCst);
+            let mut sent = self.sent.lock().unwrap();
+            sent.extend(batch.into_iter().map(|s| s.name.into_owned()));
+            Ok(())
+        }
+
+        fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+            self.shut.store(true, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn span(name: String) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(1),
+                SpanId::from(1),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Server,
+            name: Cow::Owned(name),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: Status::Unset,
+            instrumentation_scope: Default::default(),
+        }
+    }
+
+    fn dropped(metrics: &Metrics) -> u64 {
+        metrics.spans_dropped.get()
+    }
+
+    #[test]
+    fn flush_exports_everything_queued_in_order_and_in_batches() {
+        let collector = Collector::default();
+        let batcher = Batcher::new(collector.clone(), 4096, Arc::new(Metrics::new())).unwrap();
+        for i in 0..1500 {
+            batcher.on_end(span(format!("s{i}")));
+        }
+        batcher.force_flush().unwrap();
+        let names = collector.names();
+        assert_eq!(names.len(), 1500);
+        assert!(names.iter().enumerate().all(|(i, n)| *n == format!("s{i}")));
+        // 512 + 512 + 476, though some may have left earlier in smaller batches.
+        assert!(collector.batches.load(Ordering::SeqCst) >= 3);
+        assert_eq!(batcher.queued.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn spans_leave_on_the_timer_without_a_flush() {
+        let collector = Collector::default();
+        let batcher = Batcher::new(collector.clone(), 4096, Arc::new(Metrics::new())).unwrap();
+        batcher.on_end(span("one".into()));
+        let started = Instant::now();
+        while collector.names().is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(5), "never exported");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(collector.names(), ["one"]);
+    }
+
+    #[test]
+    fn past_the_cap_spans_are_dropped_counted_and_never_waited_for() {
+        let collector = Collector::default();
+        let metrics = Arc::new(Metrics::new());
+        let batcher = Batcher::new(collector.clone(), 10, metrics.clone()).unwrap();
+        collector.close();
+        let started = Instant::now();
+        for i in 0..100 {
+            batcher.on_end(span(format!("s{i}")));
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(dropped(&metrics), 90);
+        collector.open();
+        batcher.force_flush().unwrap();
+        assert_eq!(collector.names().len(), 10);
+        // Exported spans free their room.
+        batcher.on_end(span("later".into()));
+        batcher.force_flush().unwrap();
+        assert_eq!(collector.names().last().unwrap(), "later");
+        assert_eq!(dropped(&metrics), 90);
+    }
+
+    #[test]
+    fn shutdown_sends_what_is_left_once_and_then_refuses() {
+        let collector = Collector::default();
+        let metrics = Arc::new(Metrics::new());
+        let batcher = Batcher::new(collector.clone(), 4096, metrics.clone()).unwrap();
+        for i in 0..3 {
+            batcher.on_end(span(format!("s{i}")));
+        }
+        batcher
+            .shutdown_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(collector.names(), ["s0", "s1", "s2"]);
+        assert!(collector.shut.load(Ordering::SeqCst));
+        assert!(matches!(
+            batcher.shutdown_with_timeout(Duration::from_secs(1)),
+            Err(OTelSdkError::AlreadyShutdown)
+        ));
+        // After shutdown a span is dropped and counted, not queued forever.
+        batcher.on_end(span("late".into()));
+        assert_eq!(dropped(&metrics), 1);
+        assert!(batcher.force_flush().is_err());
+    }
+
+    #[test]
+    fn a_stuck_export_bounds_shutdown_by_its_timeout() {
+        let collector = Collector::default();
+        let batcher = Batcher::new(collector.clone(), 4096, Arc::new(Metrics::new())).unwrap();
+        collector.close();
+        batcher.on_end(span("stuck".into()));
+        let started = Instant::now();
+        let result = batcher.shutdown_with_timeout(Duration::from_millis(300));
+        assert!(
+            matches!(result, Err(OTelSdkError::Timeout(_))),
+            "{result:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        collector.open();
+    }
+}
