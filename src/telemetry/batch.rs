@@ -7,19 +7,20 @@
 //! - The queue takes memory only for the spans in it. The SDK's own batch processor
 //!   allocates its whole queue (a bounded channel of span slots) when it starts, ~1.8 MB
 //!   at the default cap, which an idle sidecar would carry for its lifetime. Here the
-//!   queue is an unbounded channel, which allocates its blocks as spans arrive and frees
-//!   them as they leave, and the admission count is the bound.
+//!   queue is a vector behind a mutex that the worker swaps for a fresh one sized to the
+//!   last batch, so under load its buffers are allocated and freed on the worker's own
+//!   thread and reused; the admission count is the bound.
 //! - A call never wakes the worker for its span: the worker sleeps on a control channel
-//!   and wakes on a timer ([`DELAY`]), on a full batch's worth of arrivals, or when asked
-//!   to flush or shut down.
+//!   and wakes on a timer ([`DELAY`]), when a batch's worth of spans is waiting, or when
+//!   asked to flush or shut down.
 
 use opentelemetry::Context;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,13 +42,28 @@ enum Control {
     Resource(Resource),
 }
 
+/// What the calls and the worker share.
+#[derive(Debug, Default)]
+struct Queue {
+    pending: Mutex<Vec<SpanData>>,
+    /// Spans pending or being exported.
+    queued: AtomicUsize,
+    /// Set, under the `pending` lock, once the worker has taken its last spans.
+    closed: AtomicBool,
+}
+
+impl Queue {
+    fn pending(&self) -> MutexGuard<'_, Vec<SpanData>> {
+        // A push can't leave the vector half-written, so a poisoned lock is still usable.
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// The sidecar's span processor (see the module doc).
 #[derive(Debug)]
 pub struct Batcher {
-    spans: Sender<SpanData>,
+    queue: Arc<Queue>,
     control: SyncSender<Control>,
-    /// Spans queued or being exported.
-    queued: Arc<AtomicUsize>,
     cap: usize,
     metrics: Arc<Metrics>,
     shut: AtomicBool,
@@ -61,23 +77,20 @@ impl Batcher {
         cap: usize,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Batcher> {
-        let (spans, spans_rx) = mpsc::channel();
         // Only control messages wait here, and at most one `Export` per batch of arrivals.
         let (control, control_rx) = mpsc::sync_channel(16);
-        let queued = Arc::new(AtomicUsize::new(0));
+        let queue = Arc::new(Queue::default());
         let worker = Worker {
             exporter,
-            spans: spans_rx,
-            queued: queued.clone(),
-            cap: cap.max(1),
+            queue: queue.clone(),
+            last: 0,
         };
         let worker = std::thread::Builder::new()
             .name("toolgate-spans".into())
             .spawn(move || worker.run(control_rx))?;
         Ok(Batcher {
-            spans,
+            queue,
             control,
-            queued,
             cap: cap.max(1),
             metrics,
             shut: AtomicBool::new(false),
@@ -86,7 +99,7 @@ impl Batcher {
     }
 
     fn drop_span(&self) {
-        self.queued.fetch_sub(1, Ordering::AcqRel);
+        self.queue.queued.fetch_sub(1, Ordering::AcqRel);
         self.metrics.spans_dropped.inc();
     }
 
@@ -112,15 +125,27 @@ impl SpanProcessor for Batcher {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        let before = self.queued.fetch_add(1, Ordering::AcqRel);
-        if before >= self.cap || self.spans.send(span).is_err() {
+        if self.queue.queued.fetch_add(1, Ordering::AcqRel) >= self.cap {
             self.drop_span();
             return;
         }
-        // Every BATCH-th arrival wakes the worker; a full control channel means it is
-        // already awake with work to do, and the timer is the backstop either way.
-        if (before + 1).is_multiple_of(BATCH) {
-            let _ = self.control.try_send(Control::Export);
+        let waiting = {
+            let mut pending = self.queue.pending();
+            if self.queue.closed.load(Ordering::Acquire) {
+                None
+            } else {
+                pending.push(span);
+                Some(pending.len())
+            }
+        };
+        match waiting {
+            None => self.drop_span(),
+            // A full control channel means the worker is already awake with work to do,
+            // and the timer is the backstop either way.
+            Some(BATCH) => {
+                let _ = self.control.try_send(Control::Export);
+            }
+            Some(_) => {}
         }
     }
 
@@ -151,9 +176,9 @@ impl SpanProcessor for Batcher {
 /// The thread that owns the exporter.
 struct Worker<E> {
     exporter: E,
-    spans: Receiver<SpanData>,
-    queued: Arc<AtomicUsize>,
-    cap: usize,
+    queue: Arc<Queue>,
+    /// How many spans the last export took: the size of the next buffer.
+    last: usize,
 }
 
 impl<E: SpanExporter> Worker<E> {
@@ -166,44 +191,54 @@ impl<E: SpanExporter> Worker<E> {
             match control.recv_timeout(wait) {
                 Ok(Control::Export) | Err(RecvTimeoutError::Timeout) => {
                     // A failed batch is logged where it fails; the next one tries again.
-                    let _ = self.export_queued();
+                    let _ = self.export_pending(false);
                     due = Instant::now() + DELAY;
                 }
                 Ok(Control::Flush(ack)) => {
-                    let _ = ack.send(self.export_queued());
+                    let _ = ack.send(self.export_pending(false));
                 }
                 Ok(Control::Resource(resource)) => self.exporter.set_resource(&resource),
                 Ok(Control::Shutdown(ack)) => {
-                    let result = self.export_queued();
+                    let result = self.export_pending(true);
                     let _ = self.exporter.shutdown();
                     let _ = ack.send(result);
                     return;
                 }
                 // The processor is gone without a shutdown: send what is left, then stop.
                 Err(RecvTimeoutError::Disconnected) => {
-                    let _ = self.export_queued();
+                    let _ = self.export_pending(true);
                     return;
                 }
             }
         }
     }
 
-    /// Exports the spans queued now, in batches. Bounded to what fits under the cap, so a
-    /// steady stream of arrivals cannot keep the worker from its control messages.
-    fn export_queued(&self) -> OTelSdkResult {
-        let mut result = Ok(());
-        for _ in 0..self.cap.div_ceil(BATCH) {
-            let batch: Vec<SpanData> = self.spans.try_iter().take(BATCH).collect();
-            if batch.is_empty() {
-                break;
+    /// Exports the spans pending now, in batches of at most [`BATCH`]; with `last`, no
+    /// span is accepted after them.
+    fn export_pending(&mut self, last: bool) -> OTelSdkResult {
+        // The next buffer is allocated here, on this thread, which frees it after the
+        // export, so the allocator reuses it; sized to the last export, so an idle
+        // sidecar keeps almost nothing; and outside the lock the calls take.
+        let next = Vec::with_capacity(self.last.min(BATCH));
+        let mut spans = {
+            let mut pending = self.queue.pending();
+            if last {
+                self.queue.closed.store(true, Ordering::Release);
             }
-            let n = batch.len();
-            let sent = futures_executor::block_on(self.exporter.export(batch));
-            self.queued.fetch_sub(n, Ordering::AcqRel);
+            std::mem::replace(&mut *pending, next)
+        };
+        self.last = spans.len();
+        let mut result = Ok(());
+        while !spans.is_empty() {
+            let rest = spans.split_off(spans.len().min(BATCH));
+            let n = spans.len();
+            let sent = futures_executor::block_on(self.exporter.export(spans));
+            self.queue.queued.fetch_sub(n, Ordering::AcqRel);
             if let Err(e) = sent {
                 tracing::debug!(error = %e, spans = n, "span export failed");
                 result = Err(e);
             }
+            spans = rest;
         }
         result
     }
@@ -301,7 +336,7 @@ mod tests {
         assert!(names.iter().enumerate().all(|(i, n)| *n == format!("s{i}")));
         // 512 + 512 + 476, though some may have left earlier in smaller batches.
         assert!(collector.batches.load(Ordering::SeqCst) >= 3);
-        assert_eq!(batcher.queued.load(Ordering::SeqCst), 0);
+        assert_eq!(batcher.queue.queued.load(Ordering::SeqCst), 0);
     }
 
     #[test]
