@@ -10,6 +10,8 @@
 //!   queue is a vector behind a mutex that the worker swaps for a fresh one sized to the
 //!   last batch, so under load its buffers are allocated and freed on the worker's own
 //!   thread and reused; the admission count is the bound.
+//! - Spans whose export fails, or that shutdown's timeout cuts off, are logged at debug
+//!   level and not counted as dropped: the counter measures the queue, not the collector.
 //! - A call never wakes the worker for its span: the worker sleeps on a control channel
 //!   and wakes on a timer ([`DELAY`]), when a batch's worth of spans is waiting, or when
 //!   asked to flush or shut down.
@@ -18,8 +20,9 @@ use opentelemetry::Context;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use opentelemetry_sdk::Resource;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -109,11 +112,23 @@ impl Batcher {
         make: impl FnOnce(SyncSender<OTelSdkResult>) -> Control,
         timeout: Duration,
     ) -> OTelSdkResult {
+        let deadline = Instant::now() + timeout;
         let (ack, answer) = mpsc::sync_channel(1);
-        self.control
-            .send(make(ack))
-            .map_err(|_| OTelSdkError::AlreadyShutdown)?;
-        match answer.recv_timeout(timeout) {
+        // The control channel is bounded: a worker stuck in an export with it full must
+        // not hold the caller past its timeout.
+        let mut message = make(ack);
+        loop {
+            match self.control.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return Err(OTelSdkError::AlreadyShutdown),
+                Err(TrySendError::Full(back)) if Instant::now() < deadline => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(TrySendError::Full(_)) => return Err(OTelSdkError::Timeout(timeout)),
+            }
+        }
+        match answer.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(result) => result,
             Err(RecvTimeoutError::Timeout) => Err(OTelSdkError::Timeout(timeout)),
             Err(RecvTimeoutError::Disconnected) => Err(OTelSdkError::AlreadyShutdown),
@@ -125,8 +140,16 @@ impl SpanProcessor for Batcher {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        if self.queue.queued.fetch_add(1, Ordering::AcqRel) >= self.cap {
-            self.drop_span();
+        // Counted in only below the cap, so refused spans never crowd out ones that fit.
+        let cap = self.cap;
+        let admitted = self
+            .queue
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            });
+        if admitted.is_err() {
+            self.metrics.spans_dropped.inc();
             return;
         }
         let waiting = {
@@ -158,7 +181,7 @@ impl SpanProcessor for Batcher {
             return Err(OTelSdkError::AlreadyShutdown);
         }
         let result = self.ask(Control::Shutdown, timeout);
-        // Joined only once it has answered: a worker stuck in an export is left behind.
+        // Joined only after a clean answer: a worker stuck in an export is left behind.
         if result.is_ok() {
             let worker = self.worker.lock().ok().and_then(|mut w| w.take());
             if let Some(worker) = worker {
@@ -232,7 +255,11 @@ impl<E: SpanExporter> Worker<E> {
         while !spans.is_empty() {
             let rest = spans.split_off(spans.len().min(BATCH));
             let n = spans.len();
-            let sent = futures_executor::block_on(self.exporter.export(spans));
+            // A panicking exporter fails its batch; the worker, and tracing, go on.
+            let sent = catch_unwind(AssertUnwindSafe(|| {
+                futures_executor::block_on(self.exporter.export(spans))
+            }))
+            .unwrap_or_else(|_| Err(OTelSdkError::InternalFailure("exporter panicked".into())));
             self.queue.queued.fetch_sub(n, Ordering::AcqRel);
             if let Err(e) = sent {
                 tracing::debug!(error = %e, spans = n, "span export failed");
@@ -258,8 +285,11 @@ mod tests {
     struct Collector {
         sent: Arc<Mutex<Vec<String>>>,
         batches: Arc<AtomicUsize>,
+        largest: Arc<AtomicUsize>,
         gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
         shut: Arc<AtomicBool>,
+        /// Panics on the next export.
+        panic: Arc<AtomicBool>,
     }
 
     impl Collector {
@@ -279,11 +309,15 @@ mod tests {
 
     impl SpanExporter for Collector {
         async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+            if self.panic.swap(false, Ordering::SeqCst) {
+                panic!("exporter bug");
+            }
             let mut closed = self.gate.0.lock().unwrap();
             while *closed {
                 closed = self.gate.1.wait(closed).unwrap();
             }
             self.batches.fetch_add(1, Ordering::SeqCst);
+            self.largest.fetch_max(batch.len(), Ordering::SeqCst);
             let mut sent = self.sent.lock().unwrap();
             sent.extend(batch.into_iter().map(|s| s.name.into_owned()));
             Ok(())
@@ -327,14 +361,17 @@ mod tests {
     fn flush_exports_everything_queued_in_order_and_in_batches() {
         let collector = Collector::default();
         let batcher = Batcher::new(collector.clone(), 4096, Arc::new(Metrics::new())).unwrap();
+        // Held back while they arrive, so one drain takes all 1,500 and must split them.
+        collector.close();
         for i in 0..1500 {
             batcher.on_end(span(format!("s{i}")));
         }
+        collector.open();
         batcher.force_flush().unwrap();
         let names = collector.names();
         assert_eq!(names.len(), 1500);
         assert!(names.iter().enumerate().all(|(i, n)| *n == format!("s{i}")));
-        // 512 + 512 + 476, though some may have left earlier in smaller batches.
+        assert!(collector.largest.load(Ordering::SeqCst) <= BATCH);
         assert!(collector.batches.load(Ordering::SeqCst) >= 3);
         assert_eq!(batcher.queue.queued.load(Ordering::SeqCst), 0);
     }
@@ -395,6 +432,34 @@ mod tests {
         batcher.on_end(span("late".into()));
         assert_eq!(dropped(&metrics), 1);
         assert!(batcher.force_flush().is_err());
+    }
+
+    #[test]
+    fn a_dropped_processor_still_sends_what_it_holds() {
+        let collector = Collector::default();
+        let batcher = Batcher::new(collector.clone(), 4096, Arc::new(Metrics::new())).unwrap();
+        batcher.on_end(span("last".into()));
+        drop(batcher);
+        let started = Instant::now();
+        while collector.names().is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(5), "never exported");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(collector.names(), ["last"]);
+    }
+
+    #[test]
+    fn a_panicking_exporter_fails_its_batch_and_tracing_goes_on() {
+        let collector = Collector::default();
+        let batcher = Batcher::new(collector.clone(), 4096, Arc::new(Metrics::new())).unwrap();
+        collector.panic.store(true, Ordering::SeqCst);
+        batcher.on_end(span("lost".into()));
+        // An error, or Ok if the timer took the span first: either way it panicked.
+        let _ = batcher.force_flush();
+        batcher.on_end(span("kept".into()));
+        batcher.force_flush().unwrap();
+        assert_eq!(collector.names(), ["kept"]);
+        assert_eq!(batcher.queue.queued.load(Ordering::SeqCst), 0);
     }
 
     #[test]
