@@ -22,6 +22,11 @@ struct Proxy {
 }
 
 pub async fn run(listen: SocketAddr, upstream: String) -> anyhow::Result<()> {
+    serve(TcpListener::bind(listen).await?, upstream).await
+}
+
+/// Serves on a bound listener, so `inproc` can run the floor on an ephemeral port.
+pub async fn serve(listener: TcpListener, upstream: String) -> anyhow::Result<()> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     // The pool settings toolgate's own upstream client uses (proxy::upstream).
@@ -33,7 +38,6 @@ pub async fn run(listen: SocketAddr, upstream: String) -> anyhow::Result<()> {
         client,
         base: upstream.trim_end_matches('/').to_string(),
     });
-    let listener = TcpListener::bind(listen).await?;
     let builder = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         let (stream, _) = listener.accept().await?;

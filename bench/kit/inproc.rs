@@ -11,7 +11,8 @@
 //! `--load mcp` `tools/call`s as `bench/wrk/mcp.lua` sends them (a fresh id and cursor
 //! each, answered by the load benchmark's backend). Instruction counts don't depend on
 //! what else the machine is doing, so two builds compare exactly; `--profile direct`
-//! counts the backend and client alone, to subtract.
+//! counts the backend and client alone, to subtract, and `--profile bare` the bare
+//! pass-through proxy, the floor minimal is measured against.
 
 #[path = "../../benches/common/inproc.rs"]
 mod common;
@@ -41,13 +42,25 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
     } else {
         common::backend().await
     };
+    let mut floor = None;
     let sidecar = match profile {
         "direct" => None,
+        "bare" => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            floor = Some(listener.local_addr()?);
+            tokio::spawn(crate::bare_proxy::serve(
+                listener,
+                format!("http://{backend}"),
+            ));
+            None
+        }
         "minimal" => Some(common::sidecar(backend, "minimal", "off").await),
         "full" => Some(common::sidecar(backend, "full", &audit.to_string_lossy()).await),
-        other => anyhow::bail!("unknown profile {other:?}: direct, minimal or full"),
+        other => anyhow::bail!("unknown profile {other:?}: direct, bare, minimal or full"),
     };
-    let addr = sidecar.as_ref().map_or(backend, |s| s.agent_addr);
+    let addr = sidecar
+        .as_ref()
+        .map_or(floor.unwrap_or(backend), |s| s.agent_addr);
     let mut sender = common::connect(addr).await;
     let arguments = std::str::from_utf8(BODY)?.trim_end().trim_end_matches('}');
     let mut sent = 0u64;

@@ -68,7 +68,7 @@ enum Command {
     },
     /// Whole calls through an in-process sidecar, one at a time (for callgrind).
     Inproc {
-        /// `direct` (backend alone), `minimal` or `full`.
+        /// `direct` (backend alone), `bare` (the bare proxy), `minimal` or `full`.
         #[arg(long, default_value = "full")]
         profile: String,
         /// `rest` (POST /search) or `mcp` (tools/call on /mcp), as in `bench/wrk/`.

@@ -3,6 +3,11 @@
 //! Labels are bounded by construction: `tool` is a contract's tool name or `-` for calls
 //! that matched none (an agent can't mint label values), `decision` and `code` come from
 //! fixed enums. No agent id or argument is ever a label.
+//!
+//! A family lookup hashes an owned label set under a lock, and every call made three
+//! (count, duration, upstream duration). The handles of a tool's allowed calls, the
+//! case on every hot path, are looked up once and kept, so a call costs one map read by
+//! `&str` and no allocation; refusals, rare by comparison, go through the families.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -10,6 +15,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -37,9 +44,24 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
 }
 
+/// The series an allowed call of one tool updates: clones of the families' own handles,
+/// so they count in the same series.
+#[derive(Debug)]
+struct ToolSeries {
+    allowed: Counter,
+    allowed_duration: Histogram,
+    upstream_duration: Histogram,
+}
+
+/// How `record_call` labels the calls `ToolSeries` counts.
+const ALLOW: &str = "allow";
+const OK: &str = "OK";
+
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Bounded like the families: one entry per tool name a contract declares, plus `-`.
+    tools: RwLock<HashMap<Box<str>, ToolSeries>>,
     pub calls: Family<CallLabels, Counter>,
     pub call_duration: Histograms<DurationLabels>,
     pub upstream_duration: Histograms<ToolLabels>,
@@ -112,6 +134,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            tools: RwLock::default(),
             calls,
             call_duration,
             upstream_duration,
@@ -130,6 +153,12 @@ impl Metrics {
         code: &'static str,
         elapsed: Duration,
     ) {
+        if decision == ALLOW && code == OK {
+            return self.with_tool(tool, |series| {
+                series.allowed.inc();
+                series.allowed_duration.observe(elapsed.as_secs_f64());
+            });
+        }
         self.calls
             .get_or_create(&CallLabels {
                 tool: tool.to_string(),
@@ -146,11 +175,47 @@ impl Metrics {
     }
 
     pub fn record_upstream(&self, tool: &str, elapsed: Duration) {
-        self.upstream_duration
-            .get_or_create(&ToolLabels {
-                tool: tool.to_string(),
-            })
-            .observe(elapsed.as_secs_f64());
+        self.with_tool(tool, |series| {
+            series.upstream_duration.observe(elapsed.as_secs_f64())
+        });
+    }
+
+    /// Runs `f` on the tool's kept series, resolving them from the families the first
+    /// time the tool is seen.
+    fn with_tool(&self, tool: &str, f: impl FnOnce(&ToolSeries)) {
+        if let Some(series) = self
+            .tools
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tool)
+        {
+            return f(series);
+        }
+        let series = ToolSeries {
+            allowed: self
+                .calls
+                .get_or_create(&CallLabels {
+                    tool: tool.to_string(),
+                    decision: ALLOW,
+                    code: OK,
+                })
+                .clone(),
+            allowed_duration: self
+                .call_duration
+                .get_or_create(&DurationLabels {
+                    tool: tool.to_string(),
+                    decision: ALLOW,
+                })
+                .clone(),
+            upstream_duration: self
+                .upstream_duration
+                .get_or_create(&ToolLabels {
+                    tool: tool.to_string(),
+                })
+                .clone(),
+        };
+        let mut tools = self.tools.write().unwrap_or_else(PoisonError::into_inner);
+        f(tools.entry(tool.into()).or_insert(series));
     }
 
     /// The Prometheus text exposition.
@@ -182,6 +247,39 @@ mod tests {
             "# TYPE toolgate_policy_version gauge",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn kept_series_count_in_the_families() {
+        let m = Metrics::new();
+        for _ in 0..3 {
+            m.record_call("read_logs", ALLOW, OK, Duration::from_millis(1));
+        }
+        m.record_call(
+            "read_logs",
+            ALLOW,
+            "BACKEND_ERROR",
+            Duration::from_millis(1),
+        );
+        m.record_call(
+            "read_logs",
+            "deny",
+            "RATE_LIMITED",
+            Duration::from_millis(1),
+        );
+        m.record_upstream("read_logs", Duration::from_millis(1));
+        m.record_upstream("read_logs", Duration::from_millis(2));
+        let text = m.encode();
+        for line in [
+            "toolgate_calls_total{tool=\"read_logs\",decision=\"allow\",code=\"OK\"} 3",
+            "toolgate_calls_total{tool=\"read_logs\",decision=\"allow\",code=\"BACKEND_ERROR\"} 1",
+            "toolgate_calls_total{tool=\"read_logs\",decision=\"deny\",code=\"RATE_LIMITED\"} 1",
+            "toolgate_call_duration_seconds_count{tool=\"read_logs\",decision=\"allow\"} 4",
+            "toolgate_call_duration_seconds_count{tool=\"read_logs\",decision=\"deny\"} 1",
+            "toolgate_upstream_duration_seconds_count{tool=\"read_logs\"} 2",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
         }
     }
 }
