@@ -12,8 +12,9 @@
 #
 # It installs wrk and nginx with apt-get when missing (it expects to run as root, as on
 # the project's machines). Everything it starts listens on 127.0.0.1 and is stopped on
-# exit. Whole run: about 6 minutes after the build. Knobs (environment):
+# exit. Whole run: about 7 minutes after the build. Knobs (environment):
 #   BENCH_ROUNDS=3  BENCH_SECONDS=4  BENCH_PACED_RATE=1000  BENCH_PACED_SECONDS=5
+#   BENCH_PACED_ROUNDS=3
 #   BENCH_PORT_BASE=18800  BENCH_KEEP=1 (keep the work folder)  BENCH_NO_BUILD=1
 #   BENCH_BEFORE=/path/to/an/older/toolgate: also run that binary with the full profile
 #     ("full-before"), side by side with this one, to measure an optimization
@@ -24,6 +25,7 @@ rounds=${BENCH_ROUNDS:-3}
 seconds=${BENCH_SECONDS:-4}
 paced_rate=${BENCH_PACED_RATE:-1000}
 paced_seconds=${BENCH_PACED_SECONDS:-5}
+paced_rounds=${BENCH_PACED_ROUNDS:-3}
 base=${BENCH_PORT_BASE:-18800}
 
 log() { printf '== %s\n' "$*" >&2; }
@@ -235,8 +237,12 @@ for round in $(seq "$rounds"); do
 done
 
 # --- open-loop load at a fixed rate: added latency --------------------------------------
-for round in 1 2; do
-  for t in "${targets[@]}"; do
+# Three rounds at least, so the median is one run's and a single outlier can't move it;
+# the order rotates as above.
+for round in $(seq "$paced_rounds"); do
+  shift_by=$((round % ${#targets[@]}))
+  order=("${targets[@]:$shift_by}" "${targets[@]:0:$shift_by}")
+  for t in "${order[@]}"; do
     line=$("$kit" paced --url "http://127.0.0.1:${port[$t]}/search" --rate "$paced_rate" \
       --seconds "$paced_seconds" --connections 16 --body-file "$BENCH_BODY" \
       --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
