@@ -221,10 +221,14 @@ for load in rest mcp; do
     for t in "${targets[@]}"; do run_wrk "$t" "$load" "$conc" 1 >/dev/null; done
   done
 done
+# The targets in the order of round $1: rotated each round, so no target always runs
+# first or right after another.
+rotate() {
+  local by=$(($1 % ${#targets[@]}))
+  order=("${targets[@]:$by}" "${targets[@]:0:$by}")
+}
 for round in $(seq "$rounds"); do
-  # Rotate the order each round, so no target always runs first or right after another.
-  shift_by=$((round % ${#targets[@]}))
-  order=("${targets[@]:$shift_by}" "${targets[@]:0:$shift_by}")
+  rotate "$round"
   for load in rest mcp; do
     for conc in 16 64; do
       for t in "${order[@]}"; do
@@ -237,11 +241,9 @@ for round in $(seq "$rounds"); do
 done
 
 # --- open-loop load at a fixed rate: added latency --------------------------------------
-# Three rounds at least, so the median is one run's and a single outlier can't move it;
-# the order rotates as above.
+# Three rounds by default, so the median is one run's and a single outlier can't move it.
 for round in $(seq "$paced_rounds"); do
-  shift_by=$((round % ${#targets[@]}))
-  order=("${targets[@]:$shift_by}" "${targets[@]:0:$shift_by}")
+  rotate "$round"
   for t in "${order[@]}"; do
     line=$("$kit" paced --url "http://127.0.0.1:${port[$t]}/search" --rate "$paced_rate" \
       --seconds "$paced_seconds" --connections 16 --body-file "$BENCH_BODY" \

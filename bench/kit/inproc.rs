@@ -42,25 +42,17 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
     } else {
         common::backend().await
     };
-    let mut floor = None;
     let sidecar = match profile {
-        "direct" => None,
-        "bare" => {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-            floor = Some(listener.local_addr()?);
-            tokio::spawn(crate::bare_proxy::serve(
-                listener,
-                format!("http://{backend}"),
-            ));
-            None
-        }
+        "direct" | "bare" => None,
         "minimal" => Some(common::sidecar(backend, "minimal", "off").await),
         "full" => Some(common::sidecar(backend, "full", &audit.to_string_lossy()).await),
         other => anyhow::bail!("unknown profile {other:?}: direct, bare, minimal or full"),
     };
-    let addr = sidecar
-        .as_ref()
-        .map_or(floor.unwrap_or(backend), |s| s.agent_addr);
+    let addr = match &sidecar {
+        Some(sidecar) => sidecar.agent_addr,
+        None if profile == "bare" => bare_proxy(backend).await?,
+        None => backend,
+    };
     let mut sender = common::connect(addr).await;
     let arguments = std::str::from_utf8(BODY)?.trim_end().trim_end_matches('}');
     let mut sent = 0u64;
@@ -106,4 +98,15 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The bare proxy in front of `backend`, on an ephemeral port.
+async fn bare_proxy(backend: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(crate::bare_proxy::serve(
+        listener,
+        format!("http://{backend}"),
+    ));
+    Ok(addr)
 }

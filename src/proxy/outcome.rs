@@ -10,7 +10,7 @@ use crate::proxy::args::Args;
 use crate::proxy::body::Body;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
 use crate::proxy::reject::Code;
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::spans::CallSpan;
 use opentelemetry::KeyValue;
 
@@ -171,7 +171,7 @@ impl Outcome {
         metrics.record_call(
             tool,
             self.decision.as_str(),
-            self.code.map(Code::as_str).unwrap_or("OK"),
+            self.code.map(Code::as_str).unwrap_or(metrics::OK),
             elapsed,
         );
         if !self.audited {

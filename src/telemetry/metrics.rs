@@ -53,9 +53,10 @@ struct ToolSeries {
     upstream_duration: Histogram,
 }
 
-/// How `record_call` labels the calls `ToolSeries` counts.
+/// The `decision` label of an allowed call (`Decision::Allow`), the one `ToolSeries` counts.
 const ALLOW: &str = "allow";
-const OK: &str = "OK";
+/// The `code` label of a call that ended without a code.
+pub const OK: &str = "OK";
 
 #[derive(Debug)]
 pub struct Metrics {
