@@ -8,7 +8,8 @@
 # targets and rounds so that machine noise hits them alike. Then an open-loop run at
 # 1,000 requests/s per target for added latency. Prints one table (median of rounds):
 # requests/s, p50, p99, peak RSS and ratios against nginx, the bare proxy and the
-# backend alone.
+# backend alone; the CPU per call of each target and of the backend, OTLP sink and wrk
+# around it; and the targets, each ratio with the CPU per call it would allow.
 #
 # It installs wrk and nginx with apt-get when missing (it expects to run as root, as on
 # the project's machines). Everything it starts listens on 127.0.0.1 and is stopped on
@@ -92,6 +93,7 @@ pids+=($!)
 pid_bare=$!
 "$kit" otlp-sink --listen "127.0.0.1:$port_otlp" >"$work/otlp.log" 2>&1 &
 pids+=($!)
+pid_sink=$!
 
 mkdir -p "$work/nginx"
 cat >"$work/nginx/nginx.conf" <<EOF
@@ -210,6 +212,28 @@ run_wrk() { # target load conc seconds -> RESULT line
   wrk -t1 -c"$3" -d"${4}s" -s "$script" "http://127.0.0.1:${port[$1]}" | grep '^RESULT' || true
 }
 
+# CPU time, so the table can say where a saturated box's two cores went per call.
+cpu_ticks() { # pid: user + system clock ticks of a process and its children (nginx's workers)
+  local total=0 p
+  for p in $1 $(pgrep -P "$1" || true); do
+    # Fields after the command name, which is in parentheses and may hold spaces.
+    total=$((total + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{t += $12 + $13} END {print t + 0}')))
+  done
+  echo "$total"
+}
+cpu_snapshot() { # target -> $snapshot: "target backend sink wrk"
+  # wrk's CPU is this shell's finished children's, which `times` must report from this
+  # shell: in a $(…) subshell it would start from zero.
+  times >"$work/times"
+  snapshot="$(cpu_ticks "${pid[$1]}") $(cpu_ticks "$pid_backend") $(cpu_ticks "$pid_sink")"
+  snapshot+=" $(tail -1 "$work/times" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60000 + a[2] * 1000 } printf "%d", t }')"
+}
+cpu_fields() { # before after -> key=value fields for the results line
+  local -a a=($1) b=($2)
+  echo "clk_tck=$(getconf CLK_TCK) cpu_target_ticks=$((b[0] - a[0])) cpu_backend_ticks=$((b[1] - a[1]))" \
+    "cpu_sink_ticks=$((b[2] - a[2])) cpu_wrk_ms=$((b[3] - a[3]))"
+}
+
 load_averages() { cut -d' ' -f1-3 /proc/loadavg; }
 log "load average before: $(load_averages) (nproc $(nproc))"
 printf 'loadavg_before\t%s\n' "$(load_averages)" >>"$results"
@@ -232,9 +256,13 @@ for round in $(seq "$rounds"); do
   for load in rest mcp; do
     for conc in 16 64; do
       for t in "${order[@]}"; do
+        cpu_snapshot "$t"
+        before=$snapshot
         line=$(run_wrk "$t" "$load" "$conc" "$seconds")
-        log "round $round $load c=$conc $t: ${line#RESULT }"
-        printf 'wrk\t%s\t%s\t%s\t%s\t%s\n' "$t" "$load" "$conc" "$round" "${line#RESULT }" >>"$results"
+        cpu_snapshot "$t"
+        cpu=$(cpu_fields "$before" "$snapshot")
+        log "round $round $load c=$conc $t: ${line#RESULT } $cpu"
+        printf 'wrk\t%s\t%s\t%s\t%s\t%s %s\n' "$t" "$load" "$conc" "$round" "${line#RESULT }" "$cpu" >>"$results"
       done
     done
   done
@@ -259,6 +287,7 @@ for t in "${targets[@]}"; do
   printf 'after\t%s\t%s\n' "$t" "$(rss_kib "${pid[$t]}")" >>"$results"
 done
 printf 'loadavg_after\t%s\n' "$(load_averages)" >>"$results"
+printf 'cores\t%s\n' "$(nproc)" >>"$results"
 printf 'machine\t%s cores, %s\n' "$(nproc)" "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)" >>"$results"
 [ -f "$work/full/audit.log" ] && printf 'audit_records\t%s\n' "$(wc -l <"$work/full/audit.log")" >>"$results"
 printf 'spans\t%s\n' "$(tail -1 "$work/otlp.log" 2>/dev/null)" >>"$results"

@@ -2,7 +2,8 @@
 """Prints bench/run.sh's table from its results file (tab-separated lines, see run.sh).
 
 Closed-loop numbers are medians over rounds; ratios are of those medians, measured in
-the same run. The targets of issue 9 are checked at the end.
+the same run. The targets of issue 9 are checked at the end, with the CPU budget that
+each ratio target sets on a box whose cores the load generator and backend share.
 """
 import statistics
 import sys
@@ -19,8 +20,26 @@ NAMES = {
 }
 
 
+CPU_PARTS = ("target", "backend", "sink", "wrk")
+
+
 def fields(text):
     return {k: v for k, v in (p.split("=", 1) for p in text.split() if "=" in p)}
+
+
+def cpu_per_call(f, target, requests):
+    """Microseconds of CPU per request for each process of a round, or None if not measured."""
+    if "clk_tck" not in f or requests == 0:
+        return None
+    tick_us = 1e6 / int(f["clk_tck"])
+    us = {
+        "target": int(f["cpu_target_ticks"]) * tick_us,
+        # The backend alone is its own target: not counted twice.
+        "backend": 0 if target == "direct" else int(f["cpu_backend_ticks"]) * tick_us,
+        "sink": int(f["cpu_sink_ticks"]) * tick_us,
+        "wrk": int(f["cpu_wrk_ms"]) * 1000,
+    }
+    return {k: v / requests for k, v in us.items()}
 
 
 def main(path):
@@ -42,6 +61,7 @@ def main(path):
                     int(f["p50_us"]),
                     int(f["p99_us"]),
                     int(f["errors"]),
+                    cpu_per_call(f, target, int(f["requests"])),
                 )
             )
         elif kind == "paced":
@@ -54,6 +74,7 @@ def main(path):
             notes[kind] = "\t".join(parts[1:])
 
     med = {}
+    cpu = {}
     for key, runs in wrk.items():
         med[key] = (
             statistics.median(r[0] for r in runs),
@@ -62,6 +83,14 @@ def main(path):
             sum(r[3] for r in runs),
             len(runs),
         )
+        measured = [r for r in runs if r[4]]
+        if measured:
+            per_part = {p: statistics.median(r[4][p] for r in measured) for p in CPU_PARTS}
+            per_part["box"] = statistics.median(sum(r[4].values()) for r in measured)
+            # How busy the box's cores were: CPU per call times calls per second.
+            per_part["busy"] = statistics.median(sum(r[4].values()) * r[0] / 1e6 for r in measured)
+            cpu[key] = per_part
+    cores = int(notes.get("cores", "0") or 0)
 
     print()
     print(f"machine: {notes.get('machine', '?')}")
@@ -88,6 +117,19 @@ def main(path):
                     f"{(f'{peak:.1f} MB' if peak else '-'):>10}{m[3]:>8}"
                 )
             print()
+
+    if cpu:
+        print("CPU per call at c=64, µs (median of rounds): the target, the backend behind it, the")
+        print("OTLP sink, wrk, and all four; busy: the cores all four kept busy, of " + (f"{cores}" if cores else "?"))
+        for load in ("rest", "mcp"):
+            for t in TARGETS:
+                c = cpu.get((load, 64, t))
+                if c:
+                    print(
+                        f"  {load:<5} {NAMES[t]:<18}{c['target']:7.1f}{c['backend']:7.1f}{c['sink']:7.1f}"
+                        f"{c['wrk']:7.1f}   all {c['box']:6.1f}   busy {c['busy']:.2f}"
+                    )
+        print()
 
     print(f"open loop, REST at a fixed rate (median of {max((len(v) for v in paced.values()), default=0)} runs):")
     direct_p99 = statistics.median(r[1] for r in paced["direct"]) if paced.get("direct") else None
@@ -121,15 +163,34 @@ def main(path):
     def verdict(ok):
         return "met" if ok else "NOT met"
 
+    def budget(load, target, reference, share):
+        """The CPU per call `target` may use to reach `share` of `reference`'s req/s at c=64
+        on a saturated box: the cores' time per call at that rate, less the backend's and
+        wrk's per call in the reference's rounds (a rate near it) and the sink's in the
+        target's own."""
+        ref, mine = med.get((load, 64, reference)), cpu.get((load, 64, target))
+        ref_cpu = cpu.get((load, 64, reference))
+        if not (ref and mine and ref_cpu and cores):
+            return
+        per_call = cores * 1e6 / (share * ref[0])
+        others = ref_cpu["backend"] + ref_cpu["wrk"] + mine["sink"]
+        print(
+            f"    CPU budget: {cores} cores at {share}× {NAMES[reference]}'s {ref[0]:.0f} req/s leave "
+            f"{per_call:.1f} µs per call; less {others:.1f} for the backend, wrk and sink, "
+            f"{target} may use {per_call - others:.1f} µs and uses {mine['target']:.1f}"
+        )
+
     for load in ("rest", "mcp"):
         r = ratio(load, 64, "full", "nginx")
         if r is not None:
             print(f"  full ≥ 0.8× nginx req/s at c=64 ({load}): {r:.2f}× — {verdict(r >= 0.8)}")
+            budget(load, "full", "nginx", 0.8)
     for load in ("rest", "mcp"):
         for conc in (16, 64):
             r = ratio(load, conc, "minimal", "bare")
             if r is not None:
                 print(f"  minimal ≥ 0.95× bare proxy ({load}, c={conc}): {r:.2f}× — {verdict(r >= 0.95)}")
+        budget(load, "minimal", "bare", 0.95)
     if direct_p99 is not None:
         for t in ("minimal", "full"):
             if paced.get(t):
