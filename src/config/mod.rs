@@ -249,8 +249,8 @@ impl Default for Limits {
             max_rate_limiters: 10_000,
             max_sessions: 50_000,
             session_idle_seconds: 3600,
-            // Room for one result of `max_response_bytes` (8 MiB) and ~20,000 small ones,
-            // within the sidecar's 60 MB under load (BENCHMARKS.md, fourth round).
+            // Room for one result of `max_response_bytes` (8 MiB) and ~4,000 small ones, or
+            // ~13,000 small ones, within the sidecar's 60 MB under load (BENCHMARKS.md).
             dedupe_max_bytes: 12 << 20,
         }
     }

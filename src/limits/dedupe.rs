@@ -36,9 +36,14 @@ use super::table::{Op, Table};
 use super::Call;
 use crate::proxy::reject::{Code, Reject};
 
-/// What one flight costs besides its result: key, flight, settled outcome and the table's
-/// own bookkeeping (measured with `examples/limits_memory.rs`).
-pub const FLIGHT_OVERHEAD: usize = 448;
+/// What one flight costs besides its result: key, flight, settled outcome, the table's own
+/// bookkeeping, and what the allocator keeps around them in a loaded sidecar. Measured
+/// there, not in isolation: under `bench/run.sh`'s MCP load (every call kept, results of
+/// 98 bytes, no headers) peak resident memory was 14.2 MB higher at a 12 MiB table than
+/// at 4 MiB, 923 bytes per flight of the difference, where 448 had been charged
+/// (`examples/limits_memory.rs`, one thread, the system allocator: 362). Charged what
+/// they cost, flights keep `limits.dedupeMaxBytes` a bound on memory (BENCHMARKS.md).
+pub const FLIGHT_OVERHEAD: usize = 832;
 /// The least share of `max_bytes` a table shard is given: room for many flights.
 const MIN_SHARD_BYTES: u64 = 64 * 1024;
 /// Room for a kept result's headers when sizing shards (weighed as in [`Settled::weight`]).
