@@ -245,7 +245,8 @@ impl Default for Limits {
             max_response_bytes: 8 << 20,
             max_connections: 4096,
             drain_timeout_ms: 15_000,
-            // Worst case ~3.5 MB, ~13 MB and ~10 MB resident (examples/limits_memory.rs).
+            // Worst case ~3.5 MB, ~13 MB and ~5 MB resident (examples/limits_memory.rs: one
+            // thread, the system allocator; the dedupe table's ~12 MB in a loaded sidecar).
             max_rate_limiters: 10_000,
             max_sessions: 50_000,
             session_idle_seconds: 3600,
