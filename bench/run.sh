@@ -213,6 +213,7 @@ run_wrk() { # target load conc seconds -> RESULT line
 }
 
 # CPU time, so the table can say where a saturated box's two cores went per call.
+clk_tck=$(getconf CLK_TCK)
 cpu_ticks() { # pid: user + system clock ticks of a process and its children (nginx's workers)
   local total=0 p
   for p in $1 $(pgrep -P "$1" || true); do
@@ -230,7 +231,7 @@ cpu_snapshot() { # target -> $snapshot: "target backend sink wrk"
 }
 cpu_fields() { # before after -> key=value fields for the results line
   local -a a=($1) b=($2)
-  echo "clk_tck=$(getconf CLK_TCK) cpu_target_ticks=$((b[0] - a[0])) cpu_backend_ticks=$((b[1] - a[1]))" \
+  echo "clk_tck=$clk_tck cpu_target_ticks=$((b[0] - a[0])) cpu_backend_ticks=$((b[1] - a[1]))" \
     "cpu_sink_ticks=$((b[2] - a[2])) cpu_wrk_ms=$((b[3] - a[3]))"
 }
 

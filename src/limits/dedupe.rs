@@ -38,9 +38,10 @@ use crate::proxy::reject::{Code, Reject};
 
 /// What one flight costs besides its result: key, flight, settled outcome, the table's own
 /// bookkeeping, and what the allocator keeps around them in a loaded sidecar. Measured
-/// there, not in isolation: under `bench/run.sh`'s MCP load (every call kept, results of
-/// 98 bytes, no headers) peak resident memory was 14.2 MB higher at a 12 MiB table than
-/// at 4 MiB, 923 bytes per flight of the difference, where 448 had been charged
+/// there, not in isolation: under the MCP load of `bench/wrk/mcp.lua` (`wrk -t1 -c64`,
+/// the full profile as `bench/run.sh` sets it up; every call kept, results of 98 bytes, no
+/// headers) peak resident memory was 14.2 MB higher at a 12 MiB table than at 4 MiB, 923
+/// bytes per flight of the difference, where 448 had been charged
 /// (`examples/limits_memory.rs`, one thread, the system allocator: 362). Charged what
 /// they cost, flights keep `limits.dedupeMaxBytes` a bound on memory (BENCHMARKS.md).
 pub const FLIGHT_OVERHEAD: usize = 832;
