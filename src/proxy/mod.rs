@@ -7,6 +7,7 @@ pub mod detach;
 pub mod exchange;
 pub mod gate;
 pub mod headers;
+pub mod inline_wake;
 pub mod mcp;
 pub mod outcome;
 pub mod pipeline;

@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 
 use crate::config::Limits;
 use crate::proxy::body::Body;
+use crate::proxy::inline_wake::inline_wakes;
 use crate::tls::{PeerIdentity, TlsConfig};
 
 /// Connection-level limits of one listener.
@@ -154,7 +155,7 @@ async fn serve_io<I, H, Fut>(
         async move { Ok::<_, Infallible>(response.await) }
     });
     let connection = builder.serve_connection(io, service).into_owned();
-    if let Err(e) = watcher.watch(connection).await {
+    if let Err(e) = inline_wakes(watcher.watch(connection)).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
 }
