@@ -21,9 +21,9 @@ const RETRY: Duration = Duration::from_secs(1);
 /// How long a batch waits for more records before it is written: the log trails calls
 /// by at most this much. Each batch costs a timer, a blocking thread woken and the
 /// writer woken back from it, four context switches on a box where the calls run too: at
-/// 1,000 calls/s a 2 ms linger wrote batches of two and cost a full-profile call ~1.4
+/// 1,000 calls/s a 2 ms linger wrote batches of two and cost a full-profile call ~1.1
 /// context switches (BENCHMARKS.md, item 18); at 10 ms a batch holds ~10 records there
-/// and a few hundred under load.
+/// and a hundred or more under load. A flush doesn't wait for it.
 const LINGER: Duration = Duration::from_millis(10);
 
 enum Msg {
@@ -224,7 +224,8 @@ async fn run(
             false
         } else if pending.is_empty() && healthy.load(Ordering::Relaxed) {
             let closed = rx.recv_many(&mut batch, BATCH).await == 0;
-            if !closed && batch.len() < BATCH {
+            let flushing = batch.iter().any(|m| matches!(m, Msg::Flush(_)));
+            if !closed && !flushing && batch.len() < BATCH {
                 // Group commit: under load, records arrive a few per microsecond; waiting
                 // a moment gathers them into one write instead of one per wake-up.
                 tokio::time::sleep(LINGER).await;
