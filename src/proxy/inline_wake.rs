@@ -85,6 +85,7 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// Wraps a connection's future; spawn the result in its place.
 pub fn inline_wakes<F: Future>(future: F) -> InlineWakes<F> {
     InlineWakes { future, own: None }
 }
