@@ -6,7 +6,9 @@
 # toolgate twice (minimal and full), then drives each with the same wrk load (REST POST
 # with a ~1 KiB JSON body, and MCP tools/call, at concurrency 16 and 64), interleaving
 # targets and rounds so that machine noise hits them alike. Then an open-loop run at
-# 1,000 requests/s per target for added latency. Prints one table (median of rounds):
+# 1,000 requests/s per target for added latency (and the target's CPU and context
+# switches per call there, where waking threads costs more than the work). Prints one
+# table (median of rounds):
 # requests/s, p50, p99, peak RSS and ratios against nginx, the bare proxy and the
 # backend alone; the CPU per call of each target and of the backend, OTLP sink and wrk
 # around it; and the targets, each ratio with the CPU per call it would allow.
@@ -222,6 +224,14 @@ cpu_ticks() { # pid: user + system clock ticks of a process and its children (ng
   done
   echo "$total"
 }
+switches() { # pid: voluntary context switches of a process's live threads and its children's
+  local total=0 p
+  for p in $1 $(pgrep -P "$1" || true); do
+    total=$((total + $(cat /proc/"$p"/task/*/status 2>/dev/null |
+      awk '/^voluntary_ctxt_switches/ {s += $2} END {print s + 0}')))
+  done
+  echo "$total"
+}
 cpu_snapshot() { # target -> $snapshot: "target backend sink wrk"
   # wrk's CPU is this shell's finished children's, which `times` must report from this
   # shell: in a $(…) subshell it would start from zero.
@@ -274,10 +284,15 @@ done
 for round in $(seq "$paced_rounds"); do
   rotate "$round"
   for t in "${order[@]}"; do
+    # At this rate the box is mostly idle: what a call costs there is its own work plus
+    # the threads it wakes, so the target's CPU and context switches are counted too.
+    ticks0=$(cpu_ticks "${pid[$t]}") switches0=$(switches "${pid[$t]}")
     line=$("$kit" paced --url "http://127.0.0.1:${port[$t]}/search" --rate "$paced_rate" \
       --seconds "$paced_seconds" --connections 16 --body-file "$BENCH_BODY" \
       --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
       --header "X-Toolgate-Task: $BENCH_TASK")
+    line+=" clk_tck=$clk_tck cpu_target_ticks=$(($(cpu_ticks "${pid[$t]}") - ticks0))"
+    line+=" switches=$(($(switches "${pid[$t]}") - switches0))"
     log "paced round $round $t: $line"
     printf 'paced\t%s\t%s\t%s\n' "$t" "$round" "$line" >>"$results"
   done

@@ -67,7 +67,16 @@ def main(path):
         elif kind == "paced":
             _, target, _round, rest = parts
             f = fields(rest)
-            paced[target].append((int(f["p50_us"]), int(f["p99_us"]), int(f["errors"])))
+            # CPU and context switches per call, over every request sent while they were
+            # counted (the warm-up's too); older results files lack them.
+            cpu_us = switches = None
+            if "cpu_target_ticks" in f and "sent" in f:
+                sent = max(int(f["sent"]), 1)
+                cpu_us = int(f["cpu_target_ticks"]) * 1e6 / int(f["clk_tck"]) / sent
+                switches = int(f["switches"]) / sent
+            paced[target].append(
+                (int(f["p50_us"]), int(f["p99_us"]), int(f["errors"]), cpu_us, switches)
+            )
         elif kind in ("idle", "peak", "after"):
             rss[parts[1]][kind] = int(parts[2]) / 1024
         else:
@@ -140,9 +149,14 @@ def main(path):
         p50 = statistics.median(r[0] for r in runs)
         p99 = statistics.median(r[1] for r in runs)
         added = f"{(p99 - direct_p99) / 1000:+.3f} ms" if direct_p99 is not None else "-"
+        cost = ""
+        if all(r[3] is not None for r in runs):
+            cpu_us = statistics.median(r[3] for r in runs)
+            switches = statistics.median(r[4] for r in runs)
+            cost = f"  CPU {cpu_us:5.0f} µs/call  {switches:.2f} context switches/call"
         print(
             f"  {NAMES[t]:<18} p50 {p50 / 1000:.3f} ms  p99 {p99 / 1000:.3f} ms  p99 over the backend alone {added}"
-            f"  errors {sum(r[2] for r in runs)}"
+            f"  errors {sum(r[2] for r in runs)}{cost}"
         )
     print()
     print("resident memory (MB): idle after start / after the load / peak")

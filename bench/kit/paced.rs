@@ -57,6 +57,8 @@ struct Plan {
 struct Tally {
     latencies_us: Vec<u32>,
     errors: u64,
+    /// Every request sent, warm-up included: what the server's CPU time was spent on.
+    sent: u64,
 }
 
 pub async fn run(options: Options) -> anyhow::Result<()> {
@@ -100,6 +102,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let tally = task.await??;
         all.latencies_us.extend(tally.latencies_us);
         all.errors += tally.errors;
+        all.sent += tally.sent;
     }
     all.latencies_us.sort_unstable();
     let at = |q: f64| -> u32 {
@@ -110,12 +113,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         all.latencies_us[((n as f64 * q).ceil() as usize).clamp(1, n) - 1]
     };
     println!(
-        "rate={} seconds={} connections={} requests={} errors={} p50_us={} p90_us={} p99_us={} p999_us={} max_us={}",
+        "rate={} seconds={} connections={} requests={} errors={} sent={} p50_us={} p90_us={} p99_us={} p999_us={} max_us={}",
         options.rate,
         options.seconds,
         connections,
         all.latencies_us.len(),
         all.errors,
+        all.sent,
         at(0.50),
         at(0.90),
         at(0.99),
@@ -156,6 +160,7 @@ async fn connection(plan: &Plan, first: Instant) -> anyhow::Result<Tally> {
             request = request.header(name, value);
         }
         let request = request.body(Full::new(plan.body.clone()))?;
+        tally.sent += 1;
         let ok = match sender.send_request(request).await {
             Ok(response) => {
                 let status = response.status();
