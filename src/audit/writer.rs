@@ -19,12 +19,11 @@ const BATCH: usize = 512;
 const MAX_PENDING: usize = 65_536;
 const RETRY: Duration = Duration::from_secs(1);
 /// How long a batch waits for more records before it is written: the log trails calls
-/// by at most this much. Each batch costs a timer, a blocking thread woken and the
-/// writer woken back from it, four context switches on a box where the calls run too: at
-/// 1,000 calls/s a 2 ms linger wrote batches of two and cost a full-profile call ~1.1
-/// context switches (BENCHMARKS.md, item 18); at 10 ms a batch holds ~10 records there
-/// and a hundred or more under load. A flush doesn't wait for it.
-const LINGER: Duration = Duration::from_millis(10);
+/// by at most this much, and a busy sidecar writes (and wakes a blocking thread) a few
+/// hundred times a second rather than once every few calls. A flush doesn't wait for it.
+/// 10 ms cut a call's context switches at 1,000 calls/s but cost full calls ~10% of
+/// their requests/s at saturation (BENCHMARKS.md, eighth round), so it stays short.
+const LINGER: Duration = Duration::from_millis(2);
 
 enum Msg {
     Record(Box<Entry>),
