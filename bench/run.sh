@@ -216,17 +216,18 @@ run_wrk() { # target load conc seconds -> RESULT line
 
 # CPU time, so the table can say where a saturated box's two cores went per call.
 clk_tck=$(getconf CLK_TCK)
-cpu_ticks() { # pid: user + system clock ticks of a process and its children (nginx's workers)
+tree() { echo "$1" $(pgrep -P "$1" || true); } # pid: it and its children (nginx's workers)
+cpu_ticks() { # pid: user + system clock ticks of a process tree
   local total=0 p
-  for p in $1 $(pgrep -P "$1" || true); do
+  for p in $(tree "$1"); do
     # Fields after the command name, which is in parentheses and may hold spaces.
     total=$((total + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{t += $12 + $13} END {print t + 0}')))
   done
   echo "$total"
 }
-switches() { # pid: voluntary context switches of a process's live threads and its children's
+switches() { # pid: voluntary context switches of a process tree's live threads
   local total=0 p
-  for p in $1 $(pgrep -P "$1" || true); do
+  for p in $(tree "$1"); do
     total=$((total + $(cat /proc/"$p"/task/*/status 2>/dev/null |
       awk '/^voluntary_ctxt_switches/ {s += $2} END {print s + 0}')))
   done

@@ -210,10 +210,15 @@ mod tests {
             }
             sum
         }));
-        for n in 1..=100 {
-            tx.send(n).await.unwrap();
-        }
-        drop(tx);
-        assert_eq!(sum.await.unwrap(), 5050);
+        // A wake lost by the wrapper would leave the connection parked: fail, don't hang.
+        let feed = async {
+            for n in 1..=100 {
+                tx.send(n).await.unwrap();
+            }
+            drop(tx);
+            sum.await.unwrap()
+        };
+        let sum = tokio::time::timeout(std::time::Duration::from_secs(10), feed).await;
+        assert_eq!(sum.expect("every wake reached the connection"), 5050);
     }
 }
