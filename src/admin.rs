@@ -1,11 +1,13 @@
 //! The admin listener: `/healthz` (the process is up), `/readyz` (a policy snapshot is
-//! loaded), `/metrics` (Prometheus text) and `/config` (what is being enforced).
+//! loaded and, with `audit.onFailure: fail_closed`, the audit log can be written),
+//! `/metrics` (Prometheus text) and `/config` (what is being enforced).
 
 use http::{header, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 use std::sync::Arc;
 
+use crate::audit::AuditLog;
 use crate::control::Control;
 use crate::proxy::body::{full, Body};
 use crate::telemetry::metrics::Metrics;
@@ -13,19 +15,14 @@ use crate::telemetry::metrics::Metrics;
 pub struct Admin {
     pub control: Arc<Control>,
     pub metrics: Arc<Metrics>,
+    pub audit: AuditLog,
 }
 
 impl Admin {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
-            "/readyz" => match self.control.snapshot() {
-                Some(_) => text(StatusCode::OK, "ready\n"),
-                None => text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "no policy snapshot loaded\n",
-                ),
-            },
+            "/readyz" => self.readiness(),
             "/metrics" => {
                 let mut response = text(StatusCode::OK, self.metrics.encode());
                 response.headers_mut().insert(
@@ -45,6 +42,7 @@ impl Admin {
                     "objects": snapshot.as_ref().map(|s| s.object_names()).unwrap_or_default(),
                     "tools": snapshot.as_ref().map(|s| s.contracts.iter().map(|c| c.tool.clone()).collect::<Vec<_>>()).unwrap_or_default(),
                     "errors": self.control.errors(),
+                    "audit": self.audit_status(),
                 });
                 let mut response = text(
                     StatusCode::OK,
@@ -58,6 +56,38 @@ impl Admin {
             }
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         }
+    }
+}
+
+impl Admin {
+    /// Ready when calls can be decided: a snapshot is loaded, and the audit log takes
+    /// records (or refusing unrecorded calls is not the setting). Says why when not.
+    fn readiness(&self) -> Response<Body> {
+        if self.control.snapshot().is_none() {
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no policy snapshot loaded\n",
+            );
+        }
+        if self.audit.refuses_calls() {
+            let status = self.audit.status();
+            let why = status.failure.unwrap_or_else(|| "unknown".into());
+            return text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("audit log not writable, calls are refused (audit.onFailure: fail_closed): {why}\n"),
+            );
+        }
+        text(StatusCode::OK, "ready\n")
+    }
+
+    fn audit_status(&self) -> serde_json::Value {
+        let status = self.audit.status();
+        json!({
+            "target": self.audit.target(),
+            "writable": status.writable,
+            "lastSeq": status.last_seq,
+            "failure": status.failure,
+        })
     }
 }
 

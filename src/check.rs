@@ -12,6 +12,9 @@ pub struct Report {
     pub files: usize,
     pub objects: usize,
     pub errors: Vec<ManifestError>,
+    /// Grants for tools no contract in the linted set defines: fine for a policy shared
+    /// by several workloads (each sidecar applies the grants it serves), but often a typo.
+    pub warnings: Vec<ManifestError>,
 }
 
 pub fn check(paths: &[PathBuf]) -> Report {
@@ -22,11 +25,12 @@ pub fn check(paths: &[PathBuf]) -> Report {
         allow_shadow: true,
         pod_labels: None,
     };
-    let (_, build_errors) = Snapshot::build(&objects, &options, 0);
+    let (snapshot, build_errors) = Snapshot::build(&objects, &options, 0);
     errors.extend(build_errors);
     Report {
         files: scan.files.len(),
         objects: objects.len(),
         errors,
+        warnings: snapshot.unserved,
     }
 }

@@ -42,6 +42,9 @@ enum Command {
     Check {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// Treat warnings (a grant for a tool no linted contract defines) as errors.
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the CustomResourceDefinitions (the bytes of crds/*.yaml), or write them.
     Crds {
@@ -64,8 +67,17 @@ enum Command {
 
 #[derive(Subcommand)]
 enum AuditCommand {
-    /// Verify an audit log's hash chain.
-    Verify { file: PathBuf },
+    /// Verify an audit log's hash chain (exit 1 if tampered, 3 if only its end is missing).
+    Verify {
+        file: PathBuf,
+        /// The audit.keyFile the log was written with (a keyed chain verifies only with it).
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+        /// The last seq the writer acknowledged (`/config`'s audit.lastSeq, or the
+        /// sidecar's shutdown log line): a log ending before it was cut.
+        #[arg(long)]
+        expect_seq: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -75,12 +87,17 @@ fn main() -> ExitCode {
         Command::Demo { otlp_endpoint } => {
             runtime().and_then(|rt| rt.block_on(demo(otlp_endpoint)))
         }
-        Command::Check { paths } => Ok(check(&paths)),
+        Command::Check { paths, strict } => Ok(check(&paths, strict)),
         Command::Crds { out } => crds(out.as_deref()),
         Command::Inject { config } => runtime().and_then(|rt| rt.block_on(inject(config))),
         Command::Audit {
-            command: AuditCommand::Verify { file },
-        } => verify(&file),
+            command:
+                AuditCommand::Verify {
+                    file,
+                    key_file,
+                    expect_seq,
+                },
+        } => verify(&file, key_file.as_deref(), expect_seq),
     };
     match result {
         Ok(code) => code,
@@ -152,16 +169,26 @@ async fn shutdown_signal() -> std::io::Result<()> {
     Ok(())
 }
 
-fn check(paths: &[PathBuf]) -> ExitCode {
+fn check(paths: &[PathBuf], strict: bool) -> ExitCode {
     let report = toolgate::check::check(paths);
     for error in &report.errors {
         println!("error: {error}");
     }
-    if report.errors.is_empty() {
-        println!("ok: {} objects in {} files", report.objects, report.files);
+    let label = if strict { "error" } else { "warning" };
+    for warning in &report.warnings {
+        println!("{label}: {warning} (the grant applies only where a contract defines the tool)");
+    }
+    let failures = report.errors.len() + if strict { report.warnings.len() } else { 0 };
+    if failures == 0 {
+        println!(
+            "ok: {} objects in {} files, {} warnings",
+            report.objects,
+            report.files,
+            report.warnings.len()
+        );
         ExitCode::SUCCESS
     } else {
-        println!("{} errors", report.errors.len());
+        println!("{failures} errors");
         ExitCode::from(1)
     }
 }
@@ -183,13 +210,32 @@ fn crds(out: Option<&Path>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn verify(file: &Path) -> anyhow::Result<ExitCode> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    match toolgate::audit::verify::verify(&text) {
-        Ok(n) => {
-            println!("ok: {n} records, chain intact");
+fn verify(
+    file: &Path,
+    key_file: Option<&Path>,
+    expect_seq: Option<u64>,
+) -> anyhow::Result<ExitCode> {
+    use toolgate::audit::verify::{verify_reader, Breach};
+    let key = key_file.map(toolgate::audit::AuditKey::load).transpose()?;
+    let reader =
+        std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+    let reader = std::io::BufReader::with_capacity(1 << 16, reader);
+    match verify_reader(reader, key.as_ref(), expect_seq) {
+        Ok(summary) => {
+            println!(
+                "ok: {} records ({} decisions, {} starts, {} policy versions), last seq {}, chain intact{}",
+                summary.records,
+                summary.calls,
+                summary.starts,
+                summary.policies,
+                summary.last_seq,
+                if key.is_some() { " with the key" } else { "" }
+            );
             Ok(ExitCode::SUCCESS)
+        }
+        Err(broken) if broken.breach == Breach::Truncated => {
+            println!("truncated at line {}: {}", broken.line, broken.reason);
+            Ok(ExitCode::from(3))
         }
         Err(broken) => {
             println!("broken at line {}: {}", broken.line, broken.reason);

@@ -26,6 +26,9 @@ use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::Tracing;
 use crate::tls::TlsConfig;
 
+/// How long startup waits for the audit sink to take the `start` record.
+const START_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub struct Sidecar {
     pub agent_addr: SocketAddr,
     pub admin_addr: SocketAddr,
@@ -67,6 +70,17 @@ impl Sidecar {
             pod_labels: cluster.as_ref().map(|c| c.pod_labels.clone()),
         };
         let control = Arc::new(Control::new(&sources, options, metrics.clone()));
+        // The audit log starts before any policy source, so its `start` record comes
+        // first and every published version gets its `policy` record.
+        let audit = AuditLog::start(&settings.audit, settings_digest(&settings), metrics.clone())
+            .context("audit.keyFile")?;
+        let policy_log = audit.clone();
+        control.on_publish(Box::new(move |snapshot| {
+            policy_log.record_policy(snapshot.version, &snapshot.digest)
+        }));
+        // Calls wait for nothing: this only lets a healthy sink take its `start` record
+        // before the first call, so a fresh sidecar doesn't refuse calls for a moment.
+        let _ = tokio::time::timeout(START_RECORD_WAIT, audit.flush()).await;
         let mut background = Vec::new();
         if !settings.policies.files.is_empty() {
             background.push(tokio::spawn(files::watch(
@@ -91,11 +105,6 @@ impl Sidecar {
             None => None,
         };
         let upstream = Upstream::new(&settings.upstream).context("upstream")?;
-        let audit = AuditLog::start(
-            &settings.audit.path,
-            settings.audit.on_failure,
-            metrics.clone(),
-        );
         let gate = Arc::new(Gate {
             control: control.clone(),
             identity,
@@ -131,7 +140,11 @@ impl Sidecar {
             move |request| pipeline::serve(agent_gate.clone(), request),
             until_stopped(stopped.clone()),
         ));
-        let admin = Arc::new(Admin { control, metrics });
+        let admin = Arc::new(Admin {
+            control,
+            metrics,
+            audit: gate.audit.clone(),
+        });
         let admin = tokio::spawn(serve(
             admin_listener,
             ConnLimits::admin(),
@@ -164,9 +177,22 @@ impl Sidecar {
             task.abort();
         }
         self.gate.audit.flush().await;
+        let audit = self.gate.audit.status();
+        tracing::info!(
+            last_seq = audit.last_seq,
+            "audit log flushed (verify with `toolgate audit verify --expect-seq`)"
+        );
         self.gate.tracing.shutdown().await;
         tracing::info!("toolgate stopped");
     }
+}
+
+/// `sha256:` over the settings as loaded, for the audit log's `start` record: which
+/// configuration decided the calls that follow. Settings hold paths, never secrets.
+fn settings_digest(settings: &Settings) -> String {
+    use sha2::{Digest, Sha256};
+    let json = serde_json::to_vec(settings).unwrap_or_default();
+    format!("sha256:{}", hex::encode(Sha256::digest(json)))
 }
 
 /// Static tokens, agent JWT issuers and task issuers, each watched for changes.

@@ -64,6 +64,105 @@ spec:
         text.contains("spec.tools[1].name: no ToolContract defines tool ghost"),
         "{text}"
     );
+    // A grant for a tool no linted contract defines is fine for a policy shared by
+    // several workloads: a warning, an error only with --strict.
+    assert!(text.contains("warning: "), "{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let out = toolgate()
+        .args(["check", "--strict"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("error: ") && text.contains("ghost"), "{text}");
+}
+
+/// The keyed chain end to end: a log written with `audit.keyFile` verifies only with the
+/// key; edited and rebuilt without it, it fails; cut mid-record, it is reported as
+/// truncated (exit 3), not as tampered.
+#[tokio::test]
+async fn keyed_audit_log_verifies_with_its_key_only() {
+    let backend = Backend::example().await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.key");
+    std::fs::write(&key, "k3y-f0r-the-audit-chain-0123456789\n").unwrap();
+    let key_for_settings = key.clone();
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.audit.key_file = Some(key_for_settings)),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    h.call("GET", "/logs/orders", Some(STRANGER_TOKEN), &[], "")
+        .await;
+    let (_, config) = h.get_admin("/config").await;
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let last_seq = config["audit"]["lastSeq"].as_u64().unwrap();
+    let files = h.stop_keeping_files().await;
+    let audit = files.path().join("audit.log");
+    let verify = |extra: &[&str]| {
+        let out = toolgate()
+            .args(["audit", "verify"])
+            .arg(&audit)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let key_arg = key.to_str().unwrap();
+    let (code, text) = verify(&["--key-file", key_arg]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("2 decisions"), "{text}");
+    let (code, text) = verify(&["--key-file", key_arg, "--expect-seq", &last_seq.to_string()]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = verify(&[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("pass --key-file"), "{text}");
+
+    // The writer acknowledged more than the file holds: cut at a line boundary.
+    let (code, text) = verify(&["--key-file", key_arg, "--expect-seq", &(last_seq + 2).to_string()]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("truncated"), "{text}");
+
+    // Torn mid-record: truncated, not tampered.
+    let whole = std::fs::read(&audit).unwrap();
+    std::fs::write(&audit, &whole[..whole.len() - 10]).unwrap();
+    let (code, text) = verify(&["--key-file", key_arg]);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("truncated at line"), "{text}");
+
+    // Edited, and the chain after it rebuilt with plain SHA-256 (all one can do without
+    // the key): it verifies without a key no more than with it.
+    let text = String::from_utf8(whole).unwrap();
+    let mut prev = "0".repeat(64);
+    let mut forged = String::new();
+    for line in text.lines() {
+        let mut record: serde_json::Value = serde_json::from_str(line).unwrap();
+        if record["decision"] == "deny" {
+            record["decision"] = "allow".into();
+        }
+        let object = record.as_object_mut().unwrap();
+        object.remove("hash");
+        object.insert("prev".into(), prev.clone().into());
+        let body = serde_json::to_string(&record).unwrap();
+        let body = &body[..body.len() - 1];
+        use sha2::Digest as _;
+        let hash = hex::encode(sha2::Sha256::digest(format!("{prev}\n{body}")));
+        forged.push_str(&format!("{body},\"hash\":\"{hash}\"}}\n"));
+        prev = hash;
+    }
+    std::fs::write(&audit, forged).unwrap();
+    let (code, text) = verify(&["--key-file", key_arg]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("broken at line 1"), "{text}");
 }
 
 #[tokio::test]
@@ -165,7 +264,8 @@ async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("broken at line 1"));
+    // Line 1 is the start record, line 2 the policy record, line 3 the call.
+    assert!(String::from_utf8_lossy(&out.stdout).contains("broken at line 3"));
 }
 
 #[test]

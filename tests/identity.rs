@@ -283,7 +283,7 @@ async fn shadow_mode_records_but_forwards_only_when_the_sidecar_allows_it() {
             .assert_refused("AGENT_DISABLED", 403);
         let dir = h.stop_keeping_files().await;
         let audit = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
-        let first: serde_json::Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+        let first = audit_calls(&audit).remove(0);
         assert_eq!(
             first["decision"],
             if allow_shadow { "shadow-deny" } else { "deny" }

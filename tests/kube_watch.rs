@@ -384,3 +384,42 @@ async fn an_outage_serves_the_last_snapshot_unsynchronized_until_recovery() {
     assert_eq!(f.read_logs(STRANGER_TOKEN).await.status, 200);
     f.stop().await;
 }
+
+/// Defect of issue 19: in a namespace of two workloads, one policy granting an agent the
+/// tools of both is the normal setup. This pod serves `read_logs`; `wipe` is selected
+/// for the billing workload. The policy must apply here without the `wipe` grant, not
+/// be rejected whole (which left the sidecar never ready).
+#[tokio::test]
+async fn a_namespace_wide_policy_applies_in_a_pod_serving_part_of_it() {
+    let api = FakeApiServer::start().await;
+    api.apply(NS, CONTRACTS);
+    api.apply(
+        NS,
+        r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: wipe}
+spec:
+  tool: wipe
+  http: {method: POST, path: /wipe}
+  workloadSelector: {matchLabels: {app: billing}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: read_logs}, {name: wipe}]
+"#,
+    );
+    let f = Fixture::start(api, true).await;
+    assert!(f.ready().await, "the sidecar serving part of the policy is ready");
+    assert_eq!(f.read_logs(OPS_TOKEN).await.status, 200);
+    f.h.call("POST", "/wipe", Some(OPS_TOKEN), &[], "{}")
+        .await
+        .assert_refused("UNKNOWN_TOOL", 404);
+    let (_, config) = f.h.get_admin("/config").await;
+    assert!(config.contains("\"errors\": []"), "nothing rejected: {config}");
+    assert_eq!(f.synchronized().await, 1);
+    f.stop().await;
+}

@@ -427,7 +427,7 @@ async fn a_batch_is_governed_and_answered_element_by_element() {
     // One audit record per tools/call of the batch, plus one per HTTP request.
     let dir = h.stop_keeping_files().await;
     let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
-    assert_eq!(toolgate::audit::verify::verify(&text), Ok(6));
+    assert_eq!(audit_verify(&text).calls, 6);
     let records: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

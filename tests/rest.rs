@@ -280,8 +280,8 @@ async fn every_decision_is_audited_in_a_verifiable_chain() {
     h.call("GET", "/nope", Some(OPS_TOKEN), &[], "").await;
     let dir = h.stop_keeping_files().await;
     let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
-    assert_eq!(toolgate::audit::verify::verify(&text), Ok(3));
-    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(audit_verify(&text).calls, 3);
+    let first = audit_calls(&text).remove(0);
     assert_eq!(first["decision"], "allow");
     assert_eq!(first["agent"], "ops-bot");
     assert_eq!(first["upstreamStatus"], 200);
@@ -376,18 +376,21 @@ spec:
     );
     let dir = h.stop_keeping_files().await;
     let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
-    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let record = audit_calls(&text).remove(0);
     assert_eq!(
         record["args"],
         json!({"title": "disk full", "reporter_email": "[REDACTED]"})
     );
     assert!(!text.contains("ana@example.com"));
-    assert_eq!(toolgate::audit::verify::verify(&text), Ok(1));
+    assert_eq!(audit_verify(&text).calls, 1);
 }
 
+/// Defect of issue 19: a sink that opens but can't be written (/dev/full: a full disk)
+/// reported ready and let the first call, a non-idempotent POST, run unrecorded. The
+/// writer's first act is now the `start` record: until the sink has taken a record,
+/// calls are refused and `/readyz` says why.
 #[tokio::test]
-async fn an_audit_log_that_fills_up_refuses_the_calls_after() {
-    // /dev/full opens fine and fails every write with ENOSPC: a disk that fills mid-run.
+async fn an_audit_log_that_cannot_be_written_refuses_the_first_call() {
     let backend = Backend::example().await;
     let h = Harness::start(
         backend.addr,
@@ -397,35 +400,31 @@ async fn an_audit_log_that_fills_up_refuses_the_calls_after() {
         },
     )
     .await;
-    assert_eq!(
+    let (status, why) = h.get_admin("/readyz").await;
+    assert_eq!(status, 503, "{why}");
+    assert!(why.contains("audit log not writable"), "{why}");
+    h.call(
+        "POST",
+        "/issues",
+        Some(OPS_TOKEN),
+        &[],
+        r#"{"project_key": "OPS", "title": "refund"}"#,
+    )
+    .await
+    .assert_refused("AUDIT_UNAVAILABLE", 503);
+    for _ in 0..3 {
         h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
             .await
-            .status,
-        200
-    );
-    let mut refused = None;
-    for _ in 0..50 {
-        let r = h
-            .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
-            .await;
-        if r.status == 503 {
-            refused = Some(r);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            .assert_refused("AUDIT_UNAVAILABLE", 503);
     }
-    refused
-        .expect("calls keep running unrecorded")
-        .assert_refused("AUDIT_UNAVAILABLE", 503);
-    let ran = backend.count();
-    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
-        .await
-        .assert_refused("AUDIT_UNAVAILABLE", 503);
     assert_eq!(
         backend.count(),
-        ran,
+        0,
         "no call runs while the audit log can't be written"
     );
+    let (_, config) = h.get_admin("/config").await;
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["audit"]["writable"], false, "{config}");
     h.stop().await;
 }
 
@@ -453,8 +452,8 @@ async fn a_client_that_leaves_mid_call_still_gets_the_call_audited() {
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let dir = h.stop_keeping_files().await;
     let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
-    assert_eq!(toolgate::audit::verify::verify(&text), Ok(1), "{text}");
-    let record: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(audit_verify(&text).calls, 1, "{text}");
+    let record = audit_calls(&text).remove(0);
     assert_eq!(record["tool"], "slow_export");
     assert_eq!(record["code"], "BACKEND_TIMEOUT");
 }

@@ -1,4 +1,6 @@
-//! The audit log: one hash-chained JSON line per decision (DESIGN §6).
+//! The audit log: one hash-chained JSON line per decision (DESIGN §6), keyed with
+//! `audit.keyFile`, opened by a `start` record and marked by a `policy` record for each
+//! published policy version (§11).
 //!
 //! Records go through a bounded channel to one writer task that assigns `seq`, links the
 //! chain and writes in batches. The log never drops: a full channel makes calls wait,
@@ -6,12 +8,14 @@
 //! refused (`AUDIT_UNAVAILABLE`, with `onFailure: fail_closed`) rather than run
 //! unrecorded; records it could not write are kept (bounded) and retried.
 
+pub mod key;
 pub mod record;
 pub mod verify;
 mod writer;
 
-pub use record::Entry;
-pub use writer::AuditLog;
+pub use key::AuditKey;
+pub use record::{Entry, Record};
+pub use writer::{AuditLog, Status};
 
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,15 @@
-//! One audit record (DESIGN §6) and its place in the hash chain.
+//! Audit records (DESIGN §6, §11) and their place in the hash chain.
 //!
-//! A line is the record's JSON with `hash` last: `hash` = SHA-256 over the previous
-//! line's hash followed by this line's JSON up to (not including) `,"hash":…`. Editing,
-//! inserting, deleting or reordering a line breaks either the hash or the `prev`/`seq`
-//! links, which `toolgate audit verify` reports.
+//! A line is the record's JSON with `hash` last: `hash` = SHA-256 (HMAC-SHA256 with
+//! `audit.keyFile`) over the previous line's hash, a newline, and this line's JSON up to
+//! (not including) `,"hash":…`. Editing, inserting, deleting or reordering a line breaks
+//! either the hash or the `prev`/`seq` links, which `toolgate audit verify` reports.
 
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use super::key::{link_hash, AuditKey};
 
 /// The `prev` of the first record of a chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -33,19 +35,80 @@ pub struct Entry {
     pub latency_us: u64,
 }
 
+/// A record the writer chains: a decision, or one of the records that say what the
+/// sidecar was doing when it decided (DESIGN §11).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A decision (`"kind":"call"`; a line without `kind` is one too, as older logs are).
+    Call(Box<Entry>),
+    /// The writer's first act, before any call can be forwarded.
+    Start(Start),
+    /// A policy version was published; the calls after it name it in `policyVersion`.
+    Policy(Published),
+}
+
+/// The `start` record: which binary, with which settings, chained how.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Start {
+    #[serde(skip)]
+    pub ts: String,
+    /// toolgate's version.
+    pub toolgate: &'static str,
+    /// `sha256:` over the settings as loaded (no secrets are in them, only file paths).
+    pub settings_digest: String,
+    /// `sha256`, or `hmac-sha256` with `audit.keyFile`.
+    pub chain: &'static str,
+    /// Which key (its public id) a keyed chain needs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// Bytes of a torn last line (a crash mid-write) cut off before this start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated_bytes: Option<u64>,
+}
+
+/// The `policy` record: a published snapshot's version and the digest of its sources.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Published {
+    #[serde(skip)]
+    pub ts: String,
+    pub policy_version: u64,
+    pub digest: String,
+}
+
+impl Record {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Call(_) => "call",
+            Record::Start(_) => "start",
+            Record::Policy(_) => "policy",
+        }
+    }
+
+    fn ts(&self) -> &str {
+        match self {
+            Record::Call(entry) => &entry.ts,
+            Record::Start(start) => &start.ts,
+            Record::Policy(published) => &published.ts,
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Chained<'a> {
+struct Line<'a, T: Serialize> {
     ts: &'a str,
     seq: u64,
+    kind: &'static str,
     #[serde(flatten)]
-    rest: Rest<'a>,
+    body: &'a T,
     prev: &'a str,
 }
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct Rest<'a> {
+struct Call<'a> {
     trace_id: &'a str,
     agent: &'a Option<String>,
     session: &'a Option<String>,
@@ -61,13 +124,9 @@ struct Rest<'a> {
     latency_us: u64,
 }
 
-/// Serializes `entry` as chain line number `seq` after `prev`; returns the line (no
-/// newline) and its hash.
-pub fn chain(entry: &Entry, seq: u64, prev: &str) -> (String, String) {
-    let chained = Chained {
-        ts: &entry.ts,
-        seq,
-        rest: Rest {
+impl<'a> Call<'a> {
+    fn of(entry: &'a Entry) -> Call<'a> {
+        Call {
             trace_id: &entry.trace_id,
             agent: &entry.agent,
             session: &entry.session,
@@ -80,25 +139,53 @@ pub fn chain(entry: &Entry, seq: u64, prev: &str) -> (String, String) {
             policy_version: entry.policy_version,
             upstream_status: entry.upstream_status,
             latency_us: entry.latency_us,
-        },
-        prev,
+        }
+    }
+}
+
+/// Serializes `record` as chain line number `seq` after `prev`, sealed with `key`;
+/// returns the line (no newline) and its hash.
+pub fn chain(record: &Record, seq: u64, prev: &str, key: Option<&AuditKey>) -> (String, String) {
+    let (ts, kind) = (record.ts(), record.kind());
+    let body = match record {
+        Record::Call(entry) => to_json(&Line {
+            ts,
+            seq,
+            kind,
+            body: &Call::of(entry),
+            prev,
+        }),
+        Record::Start(start) => to_json(&Line {
+            ts,
+            seq,
+            kind,
+            body: start,
+            prev,
+        }),
+        Record::Policy(published) => to_json(&Line {
+            ts,
+            seq,
+            kind,
+            body: published,
+            prev,
+        }),
     };
-    let mut body = serde_json::to_string(&chained).unwrap_or_default();
-    let hash = link_hash(prev, &body[..body.len() - 1]);
+    seal(body, prev, key)
+}
+
+fn to_json<T: Serialize>(line: &T) -> String {
+    // Plain structs of strings and numbers: serializing them can't fail.
+    serde_json::to_string(line).unwrap_or_else(|_| "{}".into())
+}
+
+/// Appends `"hash"` as the last field of `body` (a JSON object).
+fn seal(mut body: String, prev: &str, key: Option<&AuditKey>) -> (String, String) {
     body.truncate(body.len() - 1);
+    let hash = link_hash(key, prev, &body);
     body.push_str(",\"hash\":\"");
     body.push_str(&hash);
     body.push_str("\"}");
     (body, hash)
-}
-
-/// The hash of a line: over `prev` and the line's JSON without its closing brace.
-pub fn link_hash(prev: &str, body_without_brace: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(prev.as_bytes());
-    h.update(b"\n");
-    h.update(body_without_brace.as_bytes());
-    hex::encode(h.finalize())
 }
 
 /// The digest of canonical arguments (sorted keys, no whitespace).

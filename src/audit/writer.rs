@@ -1,16 +1,22 @@
 //! The audit writer: one task owns the chain state and the sink; file I/O runs on the
 //! blocking pool, one batch at a time.
+//!
+//! The log is not writable until the sink has taken a record: the writer's first act is
+//! the `start` record, so a sink that opens but can't be written (a full disk) is known
+//! before the first call, and with `fail_closed` no call is forwarded until a write has
+//! succeeded again after any failure.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-use super::record::{chain, Entry, GENESIS};
-use crate::config::OnFailure;
+use super::key::{scheme, AuditKey, KeyError};
+use super::record::{chain, now, Entry, Published, Record, Start, GENESIS};
+use crate::config::{Audit, OnFailure};
 use crate::telemetry::metrics::Metrics;
 
 const QUEUE: usize = 8192;
@@ -26,59 +32,101 @@ const RETRY: Duration = Duration::from_secs(1);
 const LINGER: Duration = Duration::from_millis(2);
 
 enum Msg {
-    Record(Box<Entry>),
+    Record(Box<Record>),
     Flush(oneshot::Sender<()>),
 }
 
+/// A handle on the log; clones share one writer.
+#[derive(Clone)]
 pub struct AuditLog {
     tx: Option<mpsc::Sender<Msg>>,
-    healthy: Arc<AtomicBool>,
+    state: Arc<State>,
     fail_closed: bool,
     target: String,
 }
 
+/// What the writer tells the rest of the sidecar, read without waiting on it.
+#[derive(Default)]
+struct State {
+    /// The sink took a record, and no write failed since.
+    writable: AtomicBool,
+    /// The `seq` of the last record the sink took: what `audit verify --expect-seq` checks.
+    last_seq: AtomicU64,
+    /// Why the sink is not writable, for `/readyz`.
+    failure: Mutex<Option<String>>,
+}
+
+impl State {
+    fn failed(&self, why: String) {
+        *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.writable.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The log's state, for `/readyz` and `/config`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub writable: bool,
+    pub last_seq: u64,
+    pub failure: Option<String>,
+}
+
 impl AuditLog {
-    /// `path` is `stdout`, `off`, or a file (appended to; its chain is continued).
-    pub fn start(path: &str, on_failure: OnFailure, metrics: Arc<Metrics>) -> AuditLog {
-        let fail_closed = on_failure == OnFailure::FailClosed;
-        if path == "off" {
-            return AuditLog {
+    /// Starts the writer for `settings.path` (`stdout`, `off`, or a file appended to
+    /// with its chain continued); `settings_digest` goes into the `start` record.
+    pub fn start(
+        settings: &Audit,
+        settings_digest: String,
+        metrics: Arc<Metrics>,
+    ) -> Result<AuditLog, KeyError> {
+        let fail_closed = settings.on_failure == OnFailure::FailClosed;
+        let state = Arc::new(State::default());
+        if settings.path == "off" {
+            state.writable.store(true, Ordering::Relaxed);
+            return Ok(AuditLog {
                 tx: None,
-                healthy: Arc::new(AtomicBool::new(true)),
+                state,
                 fail_closed,
                 target: "off".into(),
-            };
+            });
         }
-        let sink = if path == "stdout" {
+        let key = settings
+            .key_file
+            .as_deref()
+            .map(AuditKey::load)
+            .transpose()?;
+        let sink = if settings.path == "stdout" {
             Sink::Stdout
         } else {
             Sink::File {
-                path: PathBuf::from(path),
+                path: PathBuf::from(&settings.path),
                 file: None,
             }
         };
-        // Found out now, not after the first call has already been forwarded unrecorded.
-        let writable = match &sink {
-            Sink::Stdout => true,
-            Sink::File { path, .. } => {
-                match OpenOptions::new().create(true).append(true).open(path) {
-                    Ok(_) => true,
-                    Err(error) => {
-                        tracing::error!(path = %path.display(), %error, "audit log cannot be opened; refusing calls until it can");
-                        false
-                    }
-                }
-            }
+        *state.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some("the start record is not written yet".into());
+        let start = Start {
+            ts: now(),
+            toolgate: env!("CARGO_PKG_VERSION"),
+            settings_digest,
+            chain: scheme(key.as_ref()),
+            key_id: key.as_ref().map(AuditKey::id),
+            truncated_bytes: None,
         };
-        let healthy = Arc::new(AtomicBool::new(writable));
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(rx, sink, healthy.clone(), metrics));
-        AuditLog {
+        let writer = Writer {
+            sink,
+            key,
+            state: state.clone(),
+            metrics,
+        };
+        tokio::spawn(writer.run(rx, start));
+        Ok(AuditLog {
             tx: Some(tx),
-            healthy,
+            state,
             fail_closed,
-            target: path.to_string(),
-        }
+            target: settings.path.clone(),
+        })
     }
 
     /// Whether records are kept at all (`audit.path` is not `off`).
@@ -93,14 +141,58 @@ impl AuditLog {
 
     /// Calls must be refused: the log can't be written and the setting is fail_closed.
     pub fn refuses_calls(&self) -> bool {
-        self.fail_closed && !self.healthy.load(Ordering::Relaxed)
+        self.fail_closed && !self.state.writable.load(Ordering::Relaxed)
     }
 
-    /// Queues a record, waiting when the queue is full (records are never dropped).
+    pub fn status(&self) -> Status {
+        Status {
+            writable: self.state.writable.load(Ordering::Relaxed),
+            last_seq: self.state.last_seq.load(Ordering::Relaxed),
+            failure: self
+                .state
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+
+    /// Queues a decision's record, waiting when the queue is full (records are never
+    /// dropped).
     pub async fn record(&self, entry: Entry) {
         if let Some(tx) = &self.tx {
-            if tx.send(Msg::Record(Box::new(entry))).await.is_err() {
+            if tx
+                .send(Msg::Record(Box::new(Record::Call(Box::new(entry)))))
+                .await
+                .is_err()
+            {
                 tracing::error!("audit writer stopped; record not written");
+            }
+        }
+    }
+
+    /// Queues a `policy` record for a snapshot about to be published. Called from the
+    /// control plane, which can't wait: a full queue hands the record to a task, so it
+    /// still lands (after calls already queued, which name their own policy version).
+    pub fn record_policy(&self, policy_version: u64, digest: &str) {
+        let Some(tx) = &self.tx else {
+            return;
+        };
+        let record = Msg::Record(Box::new(Record::Policy(Published {
+            ts: now(),
+            policy_version,
+            digest: digest.to_string(),
+        })));
+        match tx.try_send(record) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(record)) => {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(record).await;
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::error!("audit writer stopped; policy record not written");
             }
         }
     }
@@ -124,20 +216,39 @@ enum Sink {
 impl Sink {
     /// The chain position to continue from: the last record of an existing regular file,
     /// read from its tail (a log can be large; a device such as /dev/full never ends).
-    fn resume(&mut self) -> (u64, String) {
-        let Sink::File { path, .. } = self else {
-            return (0, GENESIS.into());
+    /// A torn last line (a crash mid-write: no newline) was never acknowledged; it is
+    /// cut off, and the number of bytes cut goes into the `start` record.
+    fn resume(&mut self) -> Resumed {
+        let mut resumed = Resumed {
+            seq: 0,
+            prev: GENESIS.into(),
+            truncated_bytes: None,
         };
-        match last_line(path) {
-            Some(line) => match serde_json::from_str::<Tail>(&line) {
-                Ok(tail) => (tail.seq, tail.hash),
+        let Sink::File { path, .. } = self else {
+            return resumed;
+        };
+        match cut_torn_tail(path) {
+            Ok(Some(cut)) => {
+                tracing::warn!(path = %path.display(), bytes = cut, "the audit log ended in a torn record (a crash mid-write); cut it off");
+                resumed.truncated_bytes = Some(cut);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "could not check the audit log's last line");
+            }
+        }
+        if let Some(line) = last_line(path) {
+            match serde_json::from_str::<Tail>(&line) {
+                Ok(tail) => {
+                    resumed.seq = tail.seq;
+                    resumed.prev = tail.hash;
+                }
                 Err(_) => {
                     tracing::warn!(path = %path.display(), "the audit log's last line is not a record; starting a new chain after it");
-                    (0, GENESIS.into())
                 }
-            },
-            None => (0, GENESIS.into()),
+            }
         }
+        resumed
     }
 
     /// Writes whole lines or nothing: a failed write is cut back to where it started,
@@ -171,6 +282,48 @@ impl Sink {
     }
 }
 
+struct Resumed {
+    seq: u64,
+    prev: String,
+    truncated_bytes: Option<u64>,
+}
+
+/// Cuts a regular file back to its last newline; returns how many bytes were cut.
+fn cut_torn_tail(path: &std::path::Path) -> std::io::Result<Option<u64>> {
+    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.len() == 0 {
+        return Ok(None);
+    }
+    let len = meta.len();
+    let mut last = [0u8; 1];
+    file.seek(SeekFrom::Start(len - 1))?;
+    file.read_exact(&mut last)?;
+    if last[0] == b'\n' {
+        return Ok(None);
+    }
+    // Search back for the newline that ends the last whole record.
+    let mut end = len;
+    let mut keep = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > 0 && keep == 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let buf = &mut chunk[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(buf)?;
+        if let Some(i) = buf.iter().rposition(|&b| b == b'\n') {
+            keep = start + i as u64 + 1;
+        }
+        end = start;
+    }
+    file.set_len(keep)?;
+    Ok(Some(len - keep))
+}
+
 #[derive(serde::Deserialize)]
 struct Tail {
     seq: u64,
@@ -198,97 +351,136 @@ fn last_line(path: &std::path::Path) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn run(
-    mut rx: mpsc::Receiver<Msg>,
+/// The writer task's own state: the sink and how lines are sealed.
+struct Writer {
     sink: Sink,
-    healthy: Arc<AtomicBool>,
+    key: Option<AuditKey>,
+    state: Arc<State>,
     metrics: Arc<Metrics>,
-) {
-    let resumed = tokio::task::spawn_blocking(move || {
-        let mut sink = sink;
-        let position = sink.resume();
-        (sink, position)
-    })
-    .await;
-    let Ok((mut sink, (mut seq, mut prev))) = resumed else {
-        tracing::error!("audit writer could not start");
-        return;
-    };
-    let mut pending: Vec<String> = Vec::new();
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
-    loop {
-        let closed = if pending.len() >= MAX_PENDING {
-            tokio::time::sleep(RETRY).await;
-            false
-        } else if pending.is_empty() && healthy.load(Ordering::Relaxed) {
-            let closed = rx.recv_many(&mut batch, BATCH).await == 0;
-            let flushing = batch.iter().any(|m| matches!(m, Msg::Flush(_)));
-            if !closed && !flushing && batch.len() < BATCH {
-                // Group commit: under load, records arrive a few per microsecond; waiting
-                // a moment gathers them into one write instead of one per wake-up.
-                tokio::time::sleep(LINGER).await;
-                while batch.len() < BATCH {
-                    match rx.try_recv() {
-                        Ok(msg) => batch.push(msg),
-                        Err(_) => break,
-                    }
-                }
-            }
-            closed
-        } else {
-            matches!(
-                tokio::time::timeout(RETRY, rx.recv_many(&mut batch, BATCH)).await,
-                Ok(0)
-            )
-        };
-        for msg in batch.drain(..) {
-            match msg {
-                Msg::Record(entry) => {
-                    seq += 1;
-                    let (line, hash) = chain(&entry, seq, &prev);
-                    prev = hash;
-                    pending.push(line);
-                }
-                Msg::Flush(ack) => acks.push(ack),
-            }
-        }
-        // An empty write still opens the file: a sink that failed is probed every RETRY.
-        if !pending.is_empty() || !healthy.load(Ordering::Relaxed) {
-            let lines = std::mem::take(&mut pending);
-            let (back, lines, result) = match tokio::task::spawn_blocking(move || {
-                let result = sink.write(&lines);
-                (sink, lines, result)
-            })
-            .await
-            {
-                Ok(done) => done,
-                Err(e) => {
-                    tracing::error!(error = %e, "audit writer crashed");
-                    return;
-                }
-            };
-            sink = back;
-            match result {
-                Ok(()) => {
-                    metrics.audit_records.inc_by(lines.len() as u64);
-                    if !healthy.swap(true, Ordering::Relaxed) {
-                        tracing::info!("audit log writable again");
-                    }
-                }
-                Err(error) => {
-                    if healthy.swap(false, Ordering::Relaxed) {
-                        tracing::error!(%error, "audit log cannot be written; refusing calls until it can");
-                    }
-                    pending = lines;
-                }
-            }
-        }
-        for ack in acks.drain(..) {
-            let _ = ack.send(());
-        }
-        if closed && pending.is_empty() {
+}
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::Receiver<Msg>, mut start: Start) {
+        let Writer {
+            sink,
+            key,
+            state,
+            metrics,
+        } = self;
+        let resumed = tokio::task::spawn_blocking(move || {
+            let mut sink = sink;
+            let position = sink.resume();
+            (sink, position)
+        })
+        .await;
+        let Ok((mut sink, resumed)) = resumed else {
+            state.failed("the audit writer could not start".into());
+            tracing::error!("audit writer could not start");
             return;
+        };
+        let (mut seq, mut prev) = (resumed.seq, resumed.prev);
+        start.truncated_bytes = resumed.truncated_bytes;
+        // The first line written, before anything queued: nothing is forwarded until
+        // the sink has taken it (with fail_closed).
+        let mut pending: Vec<String> = Vec::new();
+        seq += 1;
+        let (line, hash) = chain(&Record::Start(start), seq, &prev, key.as_ref());
+        prev = hash;
+        pending.push(line);
+        let mut failing = false;
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
+        loop {
+            let closed = if pending.len() >= MAX_PENDING {
+                tokio::time::sleep(RETRY).await;
+                false
+            } else if failing {
+                // Retry every RETRY, sooner when records or a flush arrive.
+                matches!(
+                    tokio::time::timeout(RETRY, rx.recv_many(&mut batch, BATCH)).await,
+                    Ok(0)
+                )
+            } else if pending.is_empty() {
+                let closed = rx.recv_many(&mut batch, BATCH).await == 0;
+                let flushing = batch.iter().any(|m| matches!(m, Msg::Flush(_)));
+                if !closed && !flushing && batch.len() < BATCH {
+                    // Group commit: under load, records arrive a few per microsecond;
+                    // waiting a moment gathers them into one write instead of one per
+                    // wake-up.
+                    tokio::time::sleep(LINGER).await;
+                    while batch.len() < BATCH {
+                        match rx.try_recv() {
+                            Ok(msg) => batch.push(msg),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                closed
+            } else {
+                // The start record: written before anything is waited for.
+                false
+            };
+            for msg in batch.drain(..) {
+                match msg {
+                    Msg::Record(record) => {
+                        seq += 1;
+                        let (line, hash) = chain(&record, seq, &prev, key.as_ref());
+                        prev = hash;
+                        pending.push(line);
+                    }
+                    Msg::Flush(ack) => acks.push(ack),
+                }
+            }
+            if !pending.is_empty() {
+                let lines = std::mem::take(&mut pending);
+                let (back, lines, result) = match tokio::task::spawn_blocking(move || {
+                    let result = sink.write(&lines);
+                    (sink, lines, result)
+                })
+                .await
+                {
+                    Ok(done) => done,
+                    Err(e) => {
+                        state.failed(format!("the audit writer crashed: {e}"));
+                        tracing::error!(error = %e, "audit writer crashed");
+                        return;
+                    }
+                };
+                sink = back;
+                match result {
+                    Ok(()) => {
+                        metrics.audit_records.inc_by(lines.len() as u64);
+                        state.last_seq.store(seq, Ordering::Relaxed);
+                        // Only a record taken makes the log writable: opening a sink
+                        // proves nothing (/dev/full opens fine).
+                        if !state.writable.swap(true, Ordering::Relaxed) {
+                            *state.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                            if failing {
+                                tracing::info!("audit log writable again");
+                            }
+                        }
+                        failing = false;
+                    }
+                    Err(error) => {
+                        if !failing {
+                            tracing::error!(%error, "audit log cannot be written; refusing calls until it can");
+                        }
+                        state.failed(format!("the audit log cannot be written: {error}"));
+                        failing = true;
+                        pending = lines;
+                    }
+                }
+            }
+            for ack in acks.drain(..) {
+                let _ = ack.send(());
+            }
+            if closed && pending.is_empty() {
+                return;
+            }
+            if closed && failing {
+                // Nothing more will come; keep retrying what is pending until it lands.
+                tokio::time::sleep(RETRY).await;
+            }
         }
     }
 }

@@ -42,6 +42,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("telemetry.maxQueuedSpans", Kind::Num),
     ("audit.path", Kind::Str),
     ("audit.onFailure", Kind::Str),
+    ("audit.keyFile", Kind::Str),
     ("limits.maxBodyBytes", Kind::Num),
     ("limits.headerReadTimeoutMs", Kind::Num),
     ("limits.maxHeaders", Kind::Num),

@@ -200,6 +200,9 @@ pub struct Audit {
     /// `stdout`, a file path, or `off`.
     pub path: String,
     pub on_failure: OnFailure,
+    /// A secret (a mounted Secret's file) that turns the chain's SHA-256 into
+    /// HMAC-SHA256, so whoever can write the log without the key can't rebuild it.
+    pub key_file: Option<PathBuf>,
 }
 
 impl Default for Audit {
@@ -207,6 +210,7 @@ impl Default for Audit {
         Audit {
             path: "stdout".into(),
             on_failure: OnFailure::FailClosed,
+            key_file: None,
         }
     }
 }

@@ -9,7 +9,7 @@
 use arc_swap::ArcSwapOption;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::index::Index;
 use super::snapshot::{BuildOptions, Snapshot};
@@ -22,7 +22,12 @@ pub struct Control {
     versions: AtomicU64,
     options: BuildOptions,
     metrics: Arc<Metrics>,
+    on_publish: OnceLock<PublishHook>,
 }
+
+/// Told of each snapshot just before it is published (the audit log's `policy` record),
+/// so a record of the version is queued before any call can be decided by it.
+pub type PublishHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
 
 struct State {
     index: Index,
@@ -61,7 +66,14 @@ impl Control {
             versions: AtomicU64::new(0),
             options,
             metrics,
+            on_publish: OnceLock::new(),
         }
+    }
+
+    /// Sets the hook told of every published snapshot; set before sources start (a
+    /// second hook is ignored).
+    pub fn on_publish(&self, hook: PublishHook) {
+        let _ = self.on_publish.set(hook);
     }
 
     /// The snapshot to serve this request, or `None` before the first one (`NOT_READY`).
@@ -101,6 +113,9 @@ impl Control {
         for e in &errors {
             tracing::error!(source, error = %e, "policy object rejected");
         }
+        for grant in &snapshot.unserved {
+            tracing::debug!(source, grant = %grant, "grant not applied: this pod serves no such tool");
+        }
         state.errors = errors.iter().map(ToString::to_string).collect();
         if !errors.is_empty() {
             self.metrics.policy_reload_errors.inc();
@@ -120,6 +135,9 @@ impl Control {
             self.metrics.policy_version.set(version as i64);
             self.metrics.policy_synchronized.set(1);
             tracing::info!(version, digest = %snapshot.digest, objects = snapshot.object_names().len(), "policy snapshot published");
+            if let Some(hook) = self.on_publish.get() {
+                hook(&snapshot);
+            }
             self.current.store(Some(Arc::new(snapshot)));
         }
         errors

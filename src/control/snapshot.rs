@@ -25,6 +25,10 @@ pub struct Snapshot {
     pub contracts: Vec<Contract>,
     pub policies: Vec<Policy>,
     pub routes: Routes,
+    /// Grants for tools no contract of this snapshot defines. They don't apply in this
+    /// pod: in a namespace of several workloads, one policy grants an agent the tools
+    /// of all of them, and each sidecar serves only the contracts selected for it.
+    pub unserved: Vec<ManifestError>,
     by_tool: HashMap<String, ToolId>,
     by_agent: HashMap<String, usize>,
 }
@@ -106,6 +110,7 @@ impl Snapshot {
         }
 
         let mut policies = Vec::new();
+        let mut unserved = Vec::new();
         let mut by_agent = HashMap::new();
         for o in &sorted {
             let Manifest::AgentPolicy(spec) = &o.manifest else {
@@ -113,7 +118,7 @@ impl Snapshot {
             };
             digest.update(o.key.to_string());
             digest.update(serde_json::to_vec(spec).unwrap_or_default());
-            let policy = match Policy::compile(
+            let mut policy = match Policy::compile(
                 format!("AgentPolicy/{}", o.key.name),
                 spec,
                 opts.allow_shadow,
@@ -124,18 +129,15 @@ impl Snapshot {
                     continue;
                 }
             };
-            if let Some((i, tool)) = spec
-                .tools
-                .iter()
-                .enumerate()
-                .find(|(_, t)| !by_tool.contains_key(&t.name))
-            {
-                errors.push(fail(
-                    o,
-                    format!("spec.tools[{i}].name"),
-                    format!("no ToolContract defines tool {}", tool.name),
-                ));
-                continue;
+            for (i, tool) in spec.tools.iter().enumerate() {
+                if !by_tool.contains_key(&tool.name) {
+                    policy.grants.remove(&tool.name);
+                    unserved.push(fail(
+                        o,
+                        format!("spec.tools[{i}].name"),
+                        format!("no ToolContract defines tool {}", tool.name),
+                    ));
+                }
             }
             if let Some((i, agent)) = spec
                 .agents
@@ -163,6 +165,7 @@ impl Snapshot {
             contracts,
             policies,
             routes,
+            unserved,
             by_tool,
             by_agent,
         };
@@ -254,11 +257,62 @@ spec:
     }
 
     #[test]
-    fn policy_naming_an_unknown_tool_is_an_error() {
-        let text = BASE.replace("tools: [{name: read_logs}]", "tools: [{name: nope}]");
+    fn a_grant_for_a_tool_this_pod_does_not_serve_does_not_apply() {
+        let text = BASE.replace(
+            "tools: [{name: read_logs}]",
+            "tools: [{name: read_logs}, {name: wipe, rules: [{name: r, expr: 'args.x == 1'}]}]",
+        );
         let (s, errors) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
-        assert_eq!(errors[0].field.as_deref(), Some("spec.tools[0].name"));
-        assert!(s.policy_for("ops-bot").is_none());
+        assert!(errors.is_empty(), "{errors:?}");
+        let policy = s
+            .policy_for("ops-bot")
+            .expect("the rest of the policy applies");
+        assert!(policy.grants.contains_key("read_logs"));
+        assert!(!policy.grants.contains_key("wipe"));
+        assert_eq!(s.unserved.len(), 1);
+        assert_eq!(s.unserved[0].field.as_deref(), Some("spec.tools[1].name"));
+        assert_eq!(s.unserved[0].message, "no ToolContract defines tool wipe");
+    }
+
+    /// Defect of issue 19: two workloads in one namespace, one policy granting both.
+    #[test]
+    fn a_namespace_wide_policy_applies_in_each_workload_s_pod() {
+        let text = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: get-order}
+spec:
+  tool: get_order
+  workloadSelector: {matchLabels: {app: orders}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: wipe}
+spec:
+  tool: wipe
+  workloadSelector: {matchLabels: {app: billing}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: get_order}, {name: wipe}]
+"#;
+        for (app, served, unserved) in [
+            ("orders", "get_order", "wipe"),
+            ("billing", "wipe", "get_order"),
+        ] {
+            let opts = BuildOptions {
+                allow_shadow: false,
+                pod_labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
+            };
+            let (s, errors) = Snapshot::build(&mk_objects(text), &opts, 1);
+            assert!(errors.is_empty(), "{app}: {errors:?}");
+            let policy = s.policy_for("ops-bot").unwrap();
+            assert!(policy.grants.contains_key(served), "{app}");
+            assert!(!policy.grants.contains_key(unserved), "{app}");
+        }
     }
 
     #[test]

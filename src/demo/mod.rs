@@ -328,12 +328,14 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
     }
     sidecar.shutdown().await;
     let text = std::fs::read_to_string(&audit)?;
-    let audit_records = crate::audit::verify::verify(&text)
+    let summary = crate::audit::verify::verify(&text, None)
         .map_err(|b| anyhow::anyhow!("audit chain broken at line {}: {}", b.line, b.reason))?;
+    let audit_records = summary.calls as usize;
     writeln!(
         out,
-        "\naudit log: {} ({audit_records} records, hash chain intact)",
-        audit.display()
+        "\naudit log: {} ({audit_records} decisions, {} records with the start and policy records, hash chain intact)",
+        audit.display(),
+        summary.records
     )?;
     writeln!(
         out,

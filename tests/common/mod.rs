@@ -2,8 +2,11 @@
 #![allow(dead_code)]
 
 pub mod fake_apiserver; // kube (issue 6)
+pub mod fault_backend; // faults (issue 19)
 pub mod kube_tools; // inject (issue 8)
 pub mod pod_security; // inject (issue 8)
+pub mod raw_http; // faults (issue 19)
+pub mod tmpfs; // faults (issue 19)
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
@@ -232,6 +235,21 @@ spec:
   enabled: false
   tools: [{name: read_logs}]
 "#;
+
+/// Verifies an audit log's chain (no key), panicking with the break if there is one.
+pub fn audit_verify(text: &str) -> toolgate::audit::verify::Summary {
+    toolgate::audit::verify::verify(text, None)
+        .unwrap_or_else(|broken| panic!("audit chain broken: {broken:?}\n{text}"))
+}
+
+/// The decision records of an audit log, in order (its `start` and `policy` records,
+/// which say what the sidecar ran with, left out).
+pub fn audit_calls(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r.get("kind").is_none_or(|k| k == "call"))
+        .collect()
+}
 
 pub const OPS_TOKEN: &str = "ops-token-123";
 pub const RETIRED_TOKEN: &str = "retired-token-456";
