@@ -36,8 +36,8 @@ fn run(command: &mut Command) -> Result<String, String> {
     }
 }
 
-/// The values the non-default renders use: cert-manager, a policy ConfigMap, several
-/// namespaces (one with named ServiceAccounts), and every injector knob.
+/// The values the non-default renders use: cert-manager, a policy ConfigMap, an audit key
+/// Secret, several namespaces (one with named ServiceAccounts), and every injector knob.
 const CUSTOM: &str = r#"
 image: {repository: registry.example.com/platform/toolgate, tag: "0.1.0-rc1", pullPolicy: Always}
 imagePullSecrets: [{name: registry-creds}]
@@ -48,6 +48,7 @@ namespaces:
 sidecar:
   resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {cpu: 1, memory: 256Mi}}
   policiesConfigMap: agent-policies
+  auditKeySecret: toolgate-audit-key
   env: {TOOLGATE_TELEMETRY_OTLP_ENDPOINT: "http://jaeger-collector.observability:4317"}
 injector:
   replicas: 3
@@ -261,6 +262,18 @@ fn default_values_render_a_valid_restricted_install() {
         json!([{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:serviceaccounts:default"}])
     );
     assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
+    let settings = InjectSettings::parse(
+        "chart",
+        one(&objects, "ConfigMap")["data"]["inject.yaml"]
+            .as_str()
+            .unwrap(),
+        Vec::new(),
+    )
+    .unwrap();
+    assert_eq!(
+        settings.sidecar.audit_key_secret, None,
+        "unkeyed by default"
+    );
 }
 
 /// The Secret's certificate chains to its CA and is valid for the Service's name, as the
@@ -334,6 +347,10 @@ fn non_default_values_render_a_valid_restricted_install() {
     assert_eq!(
         settings.sidecar.policies_config_map.as_deref(),
         Some("agent-policies")
+    );
+    assert_eq!(
+        settings.sidecar.audit_key_secret.as_deref(),
+        Some("toolgate-audit-key")
     );
     assert_eq!(
         settings.sidecar.image,
@@ -427,6 +444,8 @@ fn the_values_schema_rejects_mistakes() {
             "sidecar: {policiesConfigMap: Agent_Policies}",
             "policiesConfigMap",
         ),
+        ("sidecar: {auditKeySecret: Audit_Key}", "auditKeySecret"),
+        ("sidecar: {auditKeySecret: 7}", "auditKeySecret"),
         ("sidecar: {resources: {limits: {memory: 128MB}}}", "memory"),
         ("injector: {replica: 2}", "replica"),
     ] {
@@ -436,8 +455,8 @@ fn the_values_schema_rejects_mistakes() {
     }
 }
 
-#[test]
-fn the_notes_tell_how_to_annotate_and_write_a_policy() {
+/// NOTES.txt as `helm install` would print it with `extra` arguments (e.g. `--set`).
+fn notes(extra: &[&str]) -> String {
     // helm renders NOTES.txt only on install; render it through tpl in a copy instead.
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("toolgate");
@@ -456,10 +475,16 @@ fn the_notes_tell_how_to_annotate_and_write_a_policy() {
             NAMESPACE,
             "--show-only",
             "templates/zz-notes.yaml",
-        ]))
+        ])
+        .args(extra))
     .unwrap();
     let notes: Value = serde_yaml::from_str(&rendered).unwrap();
-    let notes = notes["data"]["notes"].as_str().unwrap();
+    notes["data"]["notes"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn the_notes_tell_how_to_annotate_and_write_a_policy() {
+    let notes = notes(&[]);
     for needle in [
         "toolgate.dev/inject",
         "kind: ToolContract",
@@ -472,6 +497,21 @@ fn the_notes_tell_how_to_annotate_and_write_a_policy() {
             "NOTES.txt lacks {needle:?}:\n{notes}"
         );
     }
+    assert!(
+        !notes.contains("secret"),
+        "no audit key by default:\n{notes}"
+    );
+}
+
+/// Pods don't start without the audit key Secret, so the notes say how to create it.
+#[test]
+fn the_notes_tell_how_to_create_the_audit_key_secret() {
+    let notes = notes(&["--set", "sidecar.auditKeySecret=toolgate-audit-key"]);
+    let command = "kubectl -n default create secret generic toolgate-audit-key --from-literal=key=$(head -c 32 /dev/urandom | base64)";
+    assert!(
+        notes.contains(command),
+        "NOTES.txt lacks {command:?}:\n{notes}"
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::sidecar::RESERVED_ENV;
+use super::sidecar;
 use crate::config::env::{self, Kind};
 use crate::config::file;
 use crate::config::SettingsError;
@@ -42,6 +42,10 @@ pub struct SidecarSettings {
     /// A ConfigMap in the pod's namespace whose files are the policies; unset, the
     /// sidecar watches the cluster's `ToolContract`/`AgentPolicy` objects instead.
     pub policies_config_map: Option<String>,
+    /// A Secret in the pod's namespace whose item `key` is the audit chain's key
+    /// (DESIGN §11), mounted into the sidecar alone and named by its `audit.keyFile`;
+    /// unset, the chain is plain SHA-256. An extension of DESIGN §5.
+    pub audit_key_secret: Option<String>,
     /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
     /// top of what the injector sets per pod. An extension of DESIGN §5.
     pub env: BTreeMap<String, String>,
@@ -91,6 +95,7 @@ impl Default for SidecarSettings {
                 limits: quantities(&[("memory", "128Mi")]),
             },
             policies_config_map: None,
+            audit_key_secret: None,
             env: BTreeMap::new(),
         }
     }
@@ -127,6 +132,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.image", Kind::Str),
     ("sidecar.resources", Kind::Yaml),
     ("sidecar.policiesConfigMap", Kind::Str),
+    ("sidecar.auditKeySecret", Kind::Str),
     ("sidecar.env", Kind::Yaml),
 ];
 
@@ -178,13 +184,18 @@ impl SidecarSettings {
                 }
             }
         }
-        if let Some(name) = &self.policies_config_map {
-            if !is_dns_subdomain(name) {
+        for (field, kind, name) in [
+            (
+                "sidecar.policiesConfigMap",
+                "ConfigMap",
+                &self.policies_config_map,
+            ),
+            ("sidecar.auditKeySecret", "Secret", &self.audit_key_secret),
+        ] {
+            if let Some(name) = name.as_deref().filter(|n| !is_dns_subdomain(n)) {
                 return Err((
-                    "sidecar.policiesConfigMap".into(),
-                    format!(
-                        "{name:?} is not a ConfigMap name (lowercase letters, digits, '-', '.')"
-                    ),
+                    field.into(),
+                    format!("{name:?} is not a {kind} name (lowercase letters, digits, '-', '.')"),
                 ));
             }
         }
@@ -197,7 +208,7 @@ impl SidecarSettings {
             if !valid {
                 return Err((format!("sidecar.env.{name}"), "not a variable name".into()));
             }
-            if RESERVED_ENV.contains(&name.as_str()) {
+            if sidecar::reserved(self, name) {
                 return Err((
                     format!("sidecar.env.{name}"),
                     "the injector sets this variable per pod; remove it here".into(),

@@ -6,14 +6,15 @@
 //! (every field set at container level, whatever the pod says); its probes and ports
 //! are the sidecar's admin and agent ports; the cluster source gets the pod's namespace
 //! from the downward API, never from the review, so the spec stays correct if the pod
-//! template is reused elsewhere.
+//! template is reused elsewhere; the audit key (`sidecar.auditKeySecret`) is mounted into
+//! the sidecar alone, never into the app's containers.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort,
     DownwardAPIProjection, DownwardAPIVolumeFile, DownwardAPIVolumeSource, EnvVar, EnvVarSource,
     HTTPGetAction, KeyToPath, ObjectFieldSelector, Probe, ProjectedVolumeSource,
-    ResourceRequirements, SeccompProfile, SecurityContext, ServiceAccountTokenProjection, Volume,
-    VolumeMount, VolumeProjection,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -25,6 +26,7 @@ use super::{ADMIN_PORT, AGENT_PORT, CONTAINER_NAME, UID};
 pub const PODINFO_VOLUME: &str = "toolgate-podinfo";
 pub const TOKEN_VOLUME: &str = "toolgate-token";
 pub const POLICIES_VOLUME: &str = "toolgate-policies";
+pub const AUDIT_KEY_VOLUME: &str = "toolgate-audit-key";
 pub const AGENT_PORT_NAME: &str = "toolgate";
 pub const ADMIN_PORT_NAME: &str = "toolgate-admin";
 
@@ -34,11 +36,20 @@ const LABELS_FILE: &str = "/etc/podinfo/labels";
 /// Where kube's in-cluster config looks for the token, CA and namespace.
 const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 const POLICIES_DIR: &str = "/etc/toolgate/policies";
+const AUDIT_KEY_DIR: &str = "/etc/toolgate/audit-key";
+/// The item of `sidecar.auditKeySecret` that holds the key, fixed so that one
+/// `kubectl create secret generic NAME --from-literal=key=...` is the whole setup.
+pub const AUDIT_KEY_ITEM: &str = "key";
+/// Where the sidecar's `audit.keyFile` points: the Secret's item, as a file.
+pub const AUDIT_KEY_FILE: &str = "/etc/toolgate/audit-key/key";
+/// The variable that sets the sidecar's `audit.keyFile`.
+pub const AUDIT_KEY_ENV: &str = "TOOLGATE_AUDIT_KEY_FILE";
 /// Short-lived token; the kubelet refreshes the file and kube-rs re-reads it. 3607 s is
 /// the kubelet's own default for `kube-api-access-*` volumes.
 const TOKEN_SECONDS: i64 = 3607;
 
-/// Variables the injector sets itself; `sidecar.env` may not set them.
+/// Variables the injector always sets itself; `sidecar.env` may not set them (see
+/// [`reserved`] for those it sets only with some settings).
 pub const RESERVED_ENV: &[&str] = &[
     "TOOLGATE_LISTEN",
     "TOOLGATE_ADMIN",
@@ -48,6 +59,13 @@ pub const RESERVED_ENV: &[&str] = &[
     "TOOLGATE_POLICIES_KUBERNETES_NAMESPACE",
     "TOOLGATE_POLICIES_KUBERNETES_POD_LABELS_FILE",
 ];
+
+/// Whether the injector sets `name` itself with these settings, so `sidecar.env` may not:
+/// its value, listed after the injector's, would silently win. The audit key's variable
+/// is free when no Secret is named, so a key can still come from elsewhere.
+pub fn reserved(settings: &SidecarSettings, name: &str) -> bool {
+    RESERVED_ENV.contains(&name) || (name == AUDIT_KEY_ENV && settings.audit_key_secret.is_some())
+}
 
 /// What the sidecar needs to know about its pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +84,9 @@ pub fn container(settings: &SidecarSettings, pod: &PodFacts) -> Container {
         mounts.push(mount(TOKEN_VOLUME, TOKEN_DIR));
     } else {
         mounts.push(mount(POLICIES_VOLUME, POLICIES_DIR));
+    }
+    if settings.audit_key_secret.is_some() {
+        mounts.push(mount(AUDIT_KEY_VOLUME, AUDIT_KEY_DIR));
     }
     let quantities = |map: &BTreeMap<String, String>| {
         (!map.is_empty()).then(|| {
@@ -103,7 +124,7 @@ pub fn container(settings: &SidecarSettings, pod: &PodFacts) -> Container {
 
 /// The volumes the container mounts.
 pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
-    match &settings.policies_config_map {
+    let mut volumes = match &settings.policies_config_map {
         None => vec![podinfo_volume(), token_volume()],
         Some(name) => vec![Volume {
             name: POLICIES_VOLUME.into(),
@@ -113,7 +134,11 @@ pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
             }),
             ..Default::default()
         }],
+    };
+    if let Some(secret) = &settings.audit_key_secret {
+        volumes.push(audit_key_volume(secret));
     }
+    volumes
 }
 
 /// Policies come from the cluster unless a ConfigMap is named. The sidecar needs API
@@ -159,6 +184,9 @@ fn env(settings: &SidecarSettings, pod: &PodFacts) -> Vec<EnvVar> {
             value("TOOLGATE_POLICIES_FILES", POLICIES_DIR.into()),
             value("TOOLGATE_POLICIES_KUBERNETES_ENABLED", "false".into()),
         ]);
+    }
+    if settings.audit_key_secret.is_some() {
+        env.push(value(AUDIT_KEY_ENV, AUDIT_KEY_FILE.into()));
     }
     let service_name = "TOOLGATE_TELEMETRY_SERVICE_NAME";
     if let (Some(name), false) = (&pod.service_name, settings.env.contains_key(service_name)) {
@@ -236,6 +264,26 @@ fn podinfo_volume() -> Volume {
             items: Some(vec![DownwardAPIVolumeFile {
                 path: "labels".into(),
                 field_ref: Some(field("metadata.labels")),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Only the key item, and not optional: a missing Secret or item keeps the pod from
+/// starting, with the reason in its events, rather than starting a sidecar that can only
+/// fail to read its key. The default file mode (0644, root-owned) stays because the
+/// sidecar runs as a non-root UID and must read the file; no other container mounts it.
+fn audit_key_volume(secret: &str) -> Volume {
+    Volume {
+        name: AUDIT_KEY_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: Some(vec![KeyToPath {
+                key: AUDIT_KEY_ITEM.into(),
+                path: AUDIT_KEY_ITEM.into(),
                 ..Default::default()
             }]),
             ..Default::default()

@@ -240,6 +240,85 @@ fn a_policies_config_map_replaces_the_cluster_source() {
 }
 
 #[test]
+fn an_audit_key_secret_is_mounted_into_the_sidecar_alone() {
+    for policies_config_map in [None, Some("agent-policies".to_string())] {
+        let settings = SidecarSettings {
+            audit_key_secret: Some("toolgate-audit-key".into()),
+            policies_config_map: policies_config_map.clone(),
+            ..settings()
+        };
+        let (_, doc) = injected(
+            &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+            &settings,
+        );
+        let what = format!("policiesConfigMap {policies_config_map:?}");
+        assert_eq!(
+            env_of(&doc)["TOOLGATE_AUDIT_KEY_FILE"],
+            "/etc/toolgate/audit-key/key",
+            "{what}"
+        );
+        let mounts = doc["spec"]["initContainers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap();
+        assert!(
+            mounts.contains(&json!({"name": "toolgate-audit-key", "mountPath": "/etc/toolgate/audit-key", "readOnly": true})),
+            "{what}: {mounts:?}"
+        );
+        let volumes = doc["spec"]["volumes"].as_array().unwrap();
+        assert_eq!(
+            volumes.last().unwrap(),
+            &json!({"name": "toolgate-audit-key", "secret": {
+                "secretName": "toolgate-audit-key", "items": [{"key": "key", "path": "key"}]}}),
+            "{what}"
+        );
+        // The policy source is unchanged by the key.
+        assert_eq!(
+            volumes.len(),
+            if policies_config_map.is_some() { 2 } else { 3 },
+            "{what}"
+        );
+        assert!(
+            doc["spec"]["containers"][0].get("volumeMounts").is_none(),
+            "{what}: the app never sees the key"
+        );
+    }
+    assert_eq!(
+        sidecar::AUDIT_KEY_FILE,
+        format!("/etc/toolgate/audit-key/{}", sidecar::AUDIT_KEY_ITEM)
+    );
+}
+
+#[test]
+fn without_an_audit_key_secret_nothing_names_a_key() {
+    let (_, doc) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &settings(),
+    );
+    assert!(!env_of(&doc).contains_key("TOOLGATE_AUDIT_KEY_FILE"));
+    assert!(!doc["spec"]["volumes"].to_string().contains("audit-key"));
+}
+
+#[test]
+fn a_taken_audit_key_volume_name_is_refused() {
+    let settings = SidecarSettings {
+        audit_key_secret: Some("toolgate-audit-key".into()),
+        ..settings()
+    };
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["volumes"] = json!([{"name": "toolgate-audit-key", "emptyDir": {}}]);
+    let pod = mk_pod(opted_in(), spec);
+    match patch(&pod, &settings) {
+        Decision::Refuse(reason) => assert!(reason.contains("toolgate-audit-key"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Without the setting the name is the app's to use.
+    assert!(matches!(
+        patch(&pod, &self::settings()),
+        Decision::Inject(_)
+    ));
+}
+
+#[test]
 fn the_upstream_port_comes_from_the_annotation_or_the_first_tcp_port() {
     let upstream = |annotations: Value, ports: Value| {
         let (_, doc) = injected(&mk_pod(annotations, app(ports)), &settings());

@@ -43,6 +43,10 @@ fn variables_override_the_file() {
                 "TOOLGATE_INJECT_SIDECAR_POLICIES_CONFIG_MAP",
                 "agent-policies",
             ),
+            (
+                "TOOLGATE_INJECT_SIDECAR_AUDIT_KEY_SECRET",
+                "toolgate-audit-key",
+            ),
             ("TOOLGATE_INJECT_SIDECAR_RESOURCES", "{requests: {cpu: 1}}"),
             ("TOOLGATE_UPSTREAM", "not ours"),
         ]),
@@ -53,6 +57,10 @@ fn variables_override_the_file() {
     assert_eq!(
         s.sidecar.policies_config_map.as_deref(),
         Some("agent-policies")
+    );
+    assert_eq!(
+        s.sidecar.audit_key_secret.as_deref(),
+        Some("toolgate-audit-key")
     );
     assert_eq!(s.sidecar.resources.requests["cpu"], "1");
     assert!(s.sidecar.resources.limits.is_empty());
@@ -66,6 +74,8 @@ fn values_every_pod_would_carry_are_checked_at_start() {
             "sidecar: {policiesConfigMap: Agent_Policies}",
             "policiesConfigMap",
         ),
+        ("sidecar: {auditKeySecret: Audit_Key}", "auditKeySecret"),
+        ("sidecar: {auditKeySecret: ''}", "auditKeySecret"),
         ("sidecar: {image: ''}", "image"),
         (
             "sidecar: {env: {TOOLGATE_UPSTREAM: x}}",
@@ -76,6 +86,29 @@ fn values_every_pod_would_carry_are_checked_at_start() {
         let err = InjectSettings::parse("t", text, vars(&[])).unwrap_err();
         assert!(err.to_string().contains(field), "{text}: {err}");
     }
+}
+
+/// The injector sets `TOOLGATE_AUDIT_KEY_FILE` only when it mounts the key, so only
+/// then may `sidecar.env` not set it.
+#[test]
+fn the_audit_key_variable_is_reserved_with_an_audit_key_secret() {
+    let env = "env: {TOOLGATE_AUDIT_KEY_FILE: /keys/audit}";
+    let err = InjectSettings::parse(
+        "t",
+        &format!("sidecar: {{auditKeySecret: toolgate-audit-key, {env}}}"),
+        vars(&[]),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("sidecar.env.TOOLGATE_AUDIT_KEY_FILE") && text.contains("per pod"),
+        "{text}"
+    );
+    let without = InjectSettings::parse("t", &format!("sidecar: {{{env}}}"), vars(&[])).unwrap();
+    assert_eq!(
+        without.sidecar.env["TOOLGATE_AUDIT_KEY_FILE"], "/keys/audit",
+        "without a Secret the variable is the user's"
+    );
 }
 
 #[test]
@@ -94,6 +127,7 @@ fn quantities_follow_kubernetes() {
 fn every_key_has_a_variable() {
     let mut settings = InjectSettings::default();
     settings.sidecar.policies_config_map = Some("p".into());
+    settings.sidecar.audit_key_secret = Some("k".into());
     settings.sidecar.env.insert("A".into(), "b".into());
     let tree = serde_json::to_value(&settings).unwrap();
     for leaf in crate::config::file::leaves(&tree) {
