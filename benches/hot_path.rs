@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use toolgate::audit::record::{args_digest, chain, now, GENESIS};
-use toolgate::audit::Entry;
+use toolgate::audit::{AuditKey, Entry, Record};
 use toolgate::control::quota::Quota;
 use toolgate::crd::RateLimit;
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
@@ -169,8 +169,13 @@ fn stages(c: &mut Criterion) {
     c.bench_function("audit/args_digest_1k", |b| {
         b.iter(|| args_digest(black_box(args.value())))
     });
+    let record = Record::Call(Box::new(entry));
     c.bench_function("audit/chain_record", |b| {
-        b.iter(|| chain(black_box(&entry), 42, GENESIS))
+        b.iter(|| chain(black_box(&record), 42, GENESIS, None))
+    });
+    let key = AuditKey::from_bytes(b"a-32-byte-secret-for-the-bench!!").unwrap();
+    c.bench_function("audit/chain_record_keyed", |b| {
+        b.iter(|| chain(black_box(&record), 42, GENESIS, Some(&key)))
     });
     let metrics = Metrics::new();
     c.bench_function("metrics/record_call", |b| {
