@@ -34,6 +34,7 @@ pub struct Sidecar {
     pub admin_addr: SocketAddr,
     pub gate: Arc<Gate>,
     stop: watch::Sender<bool>,
+    drain_timeout: std::time::Duration,
     listeners: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
 }
@@ -118,6 +119,7 @@ impl Sidecar {
             mcp_path: settings.mcp.path.clone(),
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
             mcp_sessions: Default::default(),
+            stragglers: Default::default(),
         });
 
         let agent_listener = TcpListener::bind(settings.listen)
@@ -161,6 +163,7 @@ impl Sidecar {
             admin_addr,
             gate,
             stop,
+            drain_timeout: std::time::Duration::from_millis(settings.limits.drain_timeout_ms),
             listeners: vec![agent, admin],
             background,
         })
@@ -172,6 +175,21 @@ impl Sidecar {
         let _ = self.stop.send(true);
         for listener in self.listeners {
             let _ = listener.await;
+        }
+        // Calls whose agent left still run; the backend may have them. They get the
+        // drain timeout again (the listeners' drain may have used it up on others).
+        let stragglers = &self.gate.stragglers;
+        if stragglers.running() > 0 {
+            tracing::info!(
+                calls = stragglers.running(),
+                "waiting for calls whose agent left"
+            );
+            if tokio::time::timeout(self.drain_timeout, stragglers.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(calls = stragglers.running(), "drain timeout passed with calls whose agent left still running; they are not recorded");
+            }
         }
         for task in self.background {
             task.abort();

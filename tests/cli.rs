@@ -128,7 +128,12 @@ async fn keyed_audit_log_verifies_with_its_key_only() {
     assert!(text.contains("pass --key-file"), "{text}");
 
     // The writer acknowledged more than the file holds: cut at a line boundary.
-    let (code, text) = verify(&["--key-file", key_arg, "--expect-seq", &(last_seq + 2).to_string()]);
+    let (code, text) = verify(&[
+        "--key-file",
+        key_arg,
+        "--expect-seq",
+        &(last_seq + 2).to_string(),
+    ]);
     assert_eq!(code, Some(3), "{text}");
     assert!(text.contains("truncated"), "{text}");
 

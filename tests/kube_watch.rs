@@ -413,13 +413,19 @@ spec:
 "#,
     );
     let f = Fixture::start(api, true).await;
-    assert!(f.ready().await, "the sidecar serving part of the policy is ready");
+    assert!(
+        f.ready().await,
+        "the sidecar serving part of the policy is ready"
+    );
     assert_eq!(f.read_logs(OPS_TOKEN).await.status, 200);
     f.h.call("POST", "/wipe", Some(OPS_TOKEN), &[], "{}")
         .await
         .assert_refused("UNKNOWN_TOOL", 404);
     let (_, config) = f.h.get_admin("/config").await;
-    assert!(config.contains("\"errors\": []"), "nothing rejected: {config}");
+    assert!(
+        config.contains("\"errors\": []"),
+        "nothing rejected: {config}"
+    );
     assert_eq!(f.synchronized().await, 1);
     f.stop().await;
 }

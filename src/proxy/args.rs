@@ -7,17 +7,18 @@
 //! fingerprint). When none does, the body is only checked, in one pass that keeps
 //! nothing, and goes to the backend as it came.
 //!
-//! The check accepts exactly what the tree parser accepts: it drives serde_json's own
+//! The check (`proxy::json_strict::check`) accepts exactly what the strict tree parser
+//! accepts (an object naming a key twice is refused by both): it drives serde_json's own
 //! deserializer through the same paths (strings decoded, numbers converted, same
 //! recursion limit, no trailing characters), so a checked body always parses later. That
 //! holds for serde_json as this crate builds it; its `arbitrary_precision` feature would
 //! hand numbers to the check as maps, and the parity test below would fail.
 
 use bytes::Bytes;
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
-use std::fmt;
 use std::sync::OnceLock;
+
+use crate::proxy::json_strict;
 
 /// Arguments, parsed or still the checked bytes of a JSON object.
 #[derive(Debug, Clone)]
@@ -98,66 +99,9 @@ impl Default for Args {
 
 /// Checks that `body` is JSON and says whether it is an object, without keeping any of it.
 fn check(body: &[u8]) -> Result<bool, serde_json::Error> {
-    serde_json::from_slice::<Checked>(body).map(|top| top.is_object)
-}
-
-/// One JSON value, walked and dropped.
-struct Checked {
-    is_object: bool,
-}
-
-const OTHER: Checked = Checked { is_object: false };
-
-impl<'de> Deserialize<'de> for Checked {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Checked, D::Error> {
-        // `deserialize_any`, as `Value` does: `deserialize_ignored_any` would skip numbers
-        // without converting them, and accept `1e999`, which `Value` refuses.
-        deserializer.deserialize_any(Walk)
-    }
-}
-
-struct Walk;
-
-impl<'de> Visitor<'de> for Walk {
-    type Value = Checked;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
-        Ok(OTHER)
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
-        Ok(OTHER)
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
-        Ok(OTHER)
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
-        Ok(OTHER)
-    }
-
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
-        Ok(OTHER)
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
-        Ok(OTHER)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Checked, A::Error> {
-        while items.next_element::<Checked>()?.is_some() {}
-        Ok(OTHER)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Checked, A::Error> {
-        while entries.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked { is_object: true })
-    }
+    // The strict walk: a key named twice in one object is refused here too, since these
+    // bytes reach the backend as they came.
+    json_strict::check(body)
 }
 
 #[cfg(test)]
@@ -202,7 +146,7 @@ mod tests {
             &too_deep,
         ];
         for input in inputs {
-            let parsed = serde_json::from_slice::<Value>(input.as_bytes());
+            let parsed = json_strict::parse(input.as_bytes());
             let checked = check(input.as_bytes());
             assert_eq!(
                 checked.is_ok(),
@@ -215,10 +159,7 @@ mod tests {
         }
         // Invalid UTF-8 inside a string.
         let bytes = b"{\"a\":\"\xff\"}";
-        assert_eq!(
-            check(bytes).is_ok(),
-            serde_json::from_slice::<Value>(bytes).is_ok()
-        );
+        assert_eq!(check(bytes).is_ok(), json_strict::parse(bytes).is_ok());
     }
 
     #[test]

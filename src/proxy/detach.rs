@@ -5,11 +5,61 @@
 //! [`Detached`] call runs inline in the connection's task (no task spawned, no wake-up
 //! across workers for the common case) and, if dropped before it completes, hands the
 //! rest of itself to a new task that runs it to the end and discards the response.
+//!
+//! Such tasks are counted in [`Stragglers`], so shutdown waits for them (within the
+//! drain timeout) before it flushes the audit log: a call the backend ran is recorded
+//! even when its agent hung up just before a SIGTERM.
 
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use tokio::sync::Notify;
+
+/// Calls still running after their client left.
+#[derive(Clone, Default)]
+pub struct Stragglers(Arc<Count>);
+
+#[derive(Default)]
+struct Count {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// One running straggler; dropping it counts it out.
+struct Straggler(Stragglers);
+
+impl Stragglers {
+    fn enter(&self) -> Straggler {
+        self.0.running.fetch_add(1, Ordering::SeqCst);
+        Straggler(self.clone())
+    }
+
+    pub fn running(&self) -> usize {
+        self.0.running.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no straggler runs. Bound it with a timeout.
+    pub async fn wait(&self) {
+        loop {
+            let idle = self.0.idle.notified();
+            if self.running() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+impl Drop for Straggler {
+    fn drop(&mut self) {
+        if self.0 .0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0 .0.idle.notify_waiters();
+        }
+    }
+}
 
 /// A boxed call: movable while pinned, so it can leave for a task of its own when dropped.
 pub type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -18,6 +68,8 @@ pub struct Detached<T: Send + 'static, F: FnOnce() -> T + Unpin> {
     call: Option<Call<T>>,
     /// The answer when the call panicked: only a bug gets there.
     on_panic: Option<F>,
+    /// Where a call that outlives its client is counted.
+    stragglers: Option<Stragglers>,
 }
 
 impl<T: Send + 'static, F: FnOnce() -> T + Unpin> Detached<T, F> {
@@ -25,7 +77,14 @@ impl<T: Send + 'static, F: FnOnce() -> T + Unpin> Detached<T, F> {
         Detached {
             call: Some(call),
             on_panic: Some(on_panic),
+            stragglers: None,
         }
+    }
+
+    /// Counts the call in `stragglers` if it has to finish on its own.
+    pub fn counted_in(mut self, stragglers: &Stragglers) -> Detached<T, F> {
+        self.stragglers = Some(stragglers.clone());
+        self
     }
 }
 
@@ -59,11 +118,14 @@ impl<T: Send + 'static, F: FnOnce() -> T + Unpin> Drop for Detached<T, F> {
         let Some(call) = self.call.take() else {
             return;
         };
-        // Dropped mid-call: the client is gone, the call is not.
+        // Dropped mid-call: the client is gone, the call is not. Counted before this
+        // returns, so a shutdown that waited for the connection sees it.
+        let straggler = self.stragglers.as_ref().map(Stragglers::enter);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     let _ = call.await;
+                    drop(straggler);
                 });
             }
             Err(_) => tracing::warn!("a call was cut short: no runtime to finish it on"),
@@ -106,6 +168,30 @@ mod tests {
         assert!(!finished.load(Ordering::SeqCst));
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(finished.load(Ordering::SeqCst), "the call ran to its end");
+    }
+
+    #[tokio::test]
+    async fn stragglers_are_counted_until_they_finish() {
+        let stragglers = Stragglers::default();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let call = Detached::new(
+            Box::pin(async move {
+                let _ = started_tx.send(());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                1
+            }),
+            || 0,
+        )
+        .counted_in(&stragglers);
+        let client = tokio::spawn(call);
+        started_rx.await.unwrap();
+        client.abort();
+        let _ = client.await;
+        assert_eq!(stragglers.running(), 1);
+        tokio::time::timeout(Duration::from_secs(2), stragglers.wait())
+            .await
+            .expect("the straggler finished");
+        assert_eq!(stragglers.running(), 0);
     }
 
     #[tokio::test]

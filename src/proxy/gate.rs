@@ -24,4 +24,6 @@ pub struct Gate {
     pub ledger: Ledger,
     /// Which agent each MCP session was issued to.
     pub mcp_sessions: crate::proxy::mcp::session::Sessions,
+    /// Calls finishing after their client left; shutdown waits for them.
+    pub stragglers: crate::proxy::detach::Stragglers,
 }

@@ -98,7 +98,12 @@ pub fn to_backend(
 /// The session id the agent named (`Mcp-Session-Id` first, then `X-Toolgate-Session`),
 /// read before the inbound `X-Toolgate-*` headers are stripped. `Err` when it is unusable.
 pub fn session_id(headers: &HeaderMap) -> Result<Option<String>, String> {
-    let Some(value) = headers.get(MCP_SESSION).or_else(|| headers.get(SESSION)) else {
+    let several = |name| format!("send one {name} header, not several");
+    let named = match single(headers, MCP_SESSION).map_err(several)? {
+        Some(value) => Some(value),
+        None => single(headers, SESSION).map_err(several)?,
+    };
+    let Some(value) = named else {
         return Ok(None);
     };
     let text = value
@@ -120,7 +125,9 @@ pub const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// The `Idempotency-Key` the agent sent, if any. `Err` when it is unusable.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, String> {
-    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+    let Some(value) = single(headers, IDEMPOTENCY_KEY)
+        .map_err(|name| format!("send one {name} header, not several"))?
+    else {
         return Ok(None);
     };
     match value.to_str() {
@@ -137,9 +144,24 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, String> {
     }
 }
 
-/// The bearer token of `Authorization`, if any.
+/// The value of a header that must appear at most once. Repeated, the gateway and the
+/// backend could each read a different one (the first, the last, or both joined), so
+/// `Err` names the header instead of picking.
+fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &'static str,
+) -> Result<Option<&'h HeaderValue>, &'static str> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (first, None) => Ok(first),
+        (_, Some(_)) => Err(name),
+    }
+}
+
+/// The bearer token of `Authorization`, if any: none when the header is repeated, as
+/// two credentials name no one caller.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let value = single(headers, "authorization").ok()??.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -188,6 +210,14 @@ mod tests {
         assert_eq!(session_id(&h), Ok(Some("m1".into())));
         h.insert(MCP_SESSION, "x".repeat(300).parse().unwrap());
         assert!(session_id(&h).is_err());
+        let mut h = HeaderMap::new();
+        h.append(MCP_SESSION, "mine".parse().unwrap());
+        h.append(MCP_SESSION, "theirs".parse().unwrap());
+        assert!(session_id(&h).unwrap_err().contains("send one"));
+        let mut h = HeaderMap::new();
+        h.append(SESSION, "a".parse().unwrap());
+        h.append(SESSION, "b".parse().unwrap());
+        assert!(session_id(&h).is_err());
     }
 
     #[test]
@@ -200,6 +230,9 @@ mod tests {
         assert!(idempotency_key(&h).is_err());
         h.insert(IDEMPOTENCY_KEY, "k".repeat(256).parse().unwrap());
         assert!(idempotency_key(&h).is_err());
+        h.insert(IDEMPOTENCY_KEY, "k-1".parse().unwrap());
+        h.append(IDEMPOTENCY_KEY, "k-2".parse().unwrap());
+        assert!(idempotency_key(&h).is_err());
     }
 
     #[test]
@@ -209,5 +242,8 @@ mod tests {
         assert_eq!(bearer(&h), Some("abc"));
         h.insert("authorization", "Basic abc".parse().unwrap());
         assert_eq!(bearer(&h), None);
+        h.insert("authorization", "Bearer abc".parse().unwrap());
+        h.append("authorization", "Bearer def".parse().unwrap());
+        assert_eq!(bearer(&h), None, "two credentials name no one");
     }
 }

@@ -23,8 +23,10 @@ use crate::proxy::detach::{self, Detached};
 use crate::proxy::gate::Gate;
 use crate::proxy::headers;
 use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::path_check::check_path;
 use crate::proxy::reject::{into_response, Code, Reject};
 use crate::proxy::rest;
+use crate::proxy::server::AmbiguousFraming;
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::classify::classify;
 use crate::proxy::stage::identify::identify;
@@ -41,6 +43,7 @@ pub fn serve(
     let started = Instant::now();
     let span = gate.tracing.start_call(request.headers());
     let trace_id = span.trace_id().to_string();
+    let stragglers = gate.stragglers.clone();
     Detached::new(call(gate, request, span, started), move || {
         // Only a bug gets here; the agent gets a generic, retryable answer.
         into_response(
@@ -48,6 +51,7 @@ pub fn serve(
             &trace_id,
         )
     })
+    .counted_in(&stragglers)
 }
 
 /// The whole call. Boxed: the state machine of every stage is kilobytes, and unboxed it
@@ -79,6 +83,17 @@ async fn process(
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Reject> {
     let (parts, body) = request.into_parts();
+    // Smuggling's shape (proxy::server::framing); the connection closes after the answer.
+    if parts.extensions.get::<AmbiguousFraming>().is_some() {
+        return Err(Reject::new(
+            Code::MalformedRequest,
+            "the request's framing is ambiguous (Content-Length with Transfer-Encoding, or \
+             one of them too long to read): send one of them, plainly",
+        ));
+    }
+    // Before anything routes on the path, MCP's branch included: a path a backend could
+    // read differently from the gateway never gets a decision (proxy::path_check).
+    check_path(parts.uri.path())?;
     if parts.headers.len() > gate.limits.max_headers {
         return Err(Reject::new(
             Code::HeadersTooLarge,

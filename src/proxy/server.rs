@@ -1,8 +1,18 @@
 //! The HTTP listener: HTTP/1.1 and h2c on one port, with the connection-level limits
 //! (header count backstop, header-read timeout, buffer size, connection cap) and
 //! graceful shutdown. It knows nothing about tools; it calls a handler per request.
+//!
+//! Every connection's inbound bytes are watched for ambiguous framing ([`framing`]): a
+//! request whose head carries both `Content-Length` and `Transfer-Encoding` reaches the
+//! handler marked [`AmbiguousFraming`] (the agent pipeline refuses it), and its response
+//! closes the connection. A connection must also bring its first request within the
+//! header-read timeout, HTTP/2 included.
 
-use http::{Request, Response};
+mod framing;
+
+pub use framing::AmbiguousFraming;
+
+use http::{header, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -18,6 +28,7 @@ use crate::config::Limits;
 use crate::proxy::body::Body;
 use crate::proxy::inline_wake::inline_wakes;
 use crate::tls::{PeerIdentity, TlsConfig};
+use framing::{Tally, Watched};
 
 /// Connection-level limits of one listener.
 #[derive(Debug, Clone)]
@@ -101,16 +112,19 @@ pub async fn serve<H, Fut>(
         let watcher = graceful.watcher();
         let handler = handler.clone();
         let tls = tls.clone();
-        let handshake_timeout = limits.header_read_timeout;
+        let head_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
+            let tally = Arc::new(Tally::default());
             match tls {
-                None => serve_io(&builder, watcher, TokioIo::new(stream), handler, None).await,
+                None => {
+                    let io = TokioIo::new(Watched::new(stream, tally.clone()));
+                    serve_io(&builder, watcher, io, handler, None, tally, head_timeout).await
+                }
                 Some(tls) => {
                     // The handshake gets the same budget as a request head: a client
                     // that stalls it can't hold a connection slot.
                     let accepted =
-                        tokio::time::timeout(handshake_timeout, tls.acceptor().accept(stream))
-                            .await;
+                        tokio::time::timeout(head_timeout, tls.acceptor().accept(stream)).await;
                     let stream = match accepted {
                         Ok(Ok(stream)) => stream,
                         Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
@@ -120,7 +134,8 @@ pub async fn serve<H, Fut>(
                     if tls.requires_client_cert() && peer.is_none() {
                         return tracing::info!("client certificate names no agent; closing");
                     }
-                    serve_io(&builder, watcher, TokioIo::new(stream), handler, peer).await
+                    let io = TokioIo::new(Watched::new(stream, tally.clone()));
+                    serve_io(&builder, watcher, io, handler, peer, tally, head_timeout).await
                 }
             }
             drop(permit);
@@ -135,27 +150,65 @@ pub async fn serve<H, Fut>(
     }
 }
 
-/// Serves one connection; a verified client identity rides along in request extensions.
+/// Serves one connection; a verified client identity and the [`AmbiguousFraming`] mark
+/// ride along in request extensions.
 async fn serve_io<I, H, Fut>(
     builder: &auto::Builder<TokioExecutor>,
     watcher: Watcher,
     io: I,
     handler: H,
     peer: Option<PeerIdentity>,
+    tally: Arc<Tally>,
+    first_request: Duration,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     H: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
+    let served = tally.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         if let Some(peer) = &peer {
             request.extensions_mut().insert(peer.clone());
         }
+        let ambiguous = tally.next_is_ambiguous();
+        if ambiguous {
+            request.extensions_mut().insert(AmbiguousFraming);
+        }
         let response = handler(request);
-        async move { Ok::<_, Infallible>(response.await) }
+        async move {
+            let mut response = response.await;
+            if ambiguous {
+                // The rest of the connection can't be trusted to be framed as it reads.
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(response)
+        }
     });
-    let connection = builder.serve_connection(io, service).into_owned();
-    if let Err(e) = inline_wakes(watcher.watch(connection)).await {
+    let connection = watcher.watch(builder.serve_connection(io, service).into_owned());
+    // hyper's header-read timeout starts only once hyper-util has told HTTP/1 from
+    // HTTP/2, which waits for bytes: a client that connects and sends nothing (or
+    // trickles the HTTP/2 preface) would hold its connection slot forever. So the first
+    // request must arrive within the same budget as a request head.
+    let first = async {
+        tokio::time::sleep(first_request).await;
+        if served.served() == 0 {
+            return;
+        }
+        std::future::pending::<()>().await
+    };
+    let guarded = async {
+        tokio::select! {
+            biased;
+            ended = connection => ended,
+            () = first => {
+                tracing::debug!("no request arrived in time; closing the connection");
+                Ok(())
+            }
+        }
+    };
+    if let Err(e) = inline_wakes(guarded).await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
 }

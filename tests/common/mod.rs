@@ -483,3 +483,4 @@ pub async fn closed_port() -> SocketAddr {
 
 pub mod collector;
 pub mod keys;
+pub mod raw; // hostile inputs (issue 19)

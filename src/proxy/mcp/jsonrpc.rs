@@ -73,7 +73,9 @@ pub enum Unreadable {
 }
 
 pub fn parse(bytes: &[u8]) -> Result<Body, Unreadable> {
-    let value: Value = serde_json::from_slice(bytes)
+    // Strict: a key given twice (`method`, `name`, an argument) could be read one way
+    // here and another way upstream.
+    let value = crate::proxy::json_strict::parse(bytes)
         .map_err(|e| Unreadable::NotJson(format!("the body is not valid JSON: {e}")))?;
     match value {
         Value::Array(items) if items.is_empty() => Err(Unreadable::Invalid(Invalid {
@@ -101,18 +103,17 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
     };
     let id = object.get("id").cloned();
     let invalid = |reason: &str| Invalid {
-        id: id
-            .clone()
-            .filter(|i| i.is_string() || i.is_number())
-            .unwrap_or(Value::Null),
+        id: id.clone().filter(usable_id).unwrap_or(Value::Null),
         reason: reason.to_string(),
     };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(invalid("jsonrpc must be \"2.0\""));
     }
     if let Some(id) = &id {
-        if !(id.is_string() || id.is_number()) {
-            return Err(invalid("id must be a string or a number"));
+        if !usable_id(id) {
+            return Err(invalid(
+                "id must be a string or an integer of at most 64 bits",
+            ));
         }
     }
     if let Some(params) = object.get("params") {
@@ -143,6 +144,12 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
         method,
         object,
     })
+}
+
+/// MCP ids are strings or integers. A fraction, or an integer past 64 bits (which
+/// serde_json turns into a float), could not be echoed back as the client sent it.
+fn usable_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64() || id.is_u64()
 }
 
 /// Whether `value` is a response (a result or an error).
@@ -199,6 +206,17 @@ mod tests {
         assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {}})).is_err());
         assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "method": "x", "params": 3})).is_err());
         assert_eq!(mk(json!([1])).unwrap_err().id, Value::Null);
+        for id in [
+            json!(1.5),
+            json!(18446744073709551616.0),
+            json!(null),
+            json!(true),
+        ] {
+            let e = mk(json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).unwrap_err();
+            assert_eq!(e.id, Value::Null, "{id}");
+        }
+        assert!(mk(json!({"jsonrpc": "2.0", "id": u64::MAX, "method": "ping"})).is_ok());
+        assert!(mk(json!({"jsonrpc": "2.0", "id": i64::MIN, "method": "ping"})).is_ok());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::control::contract::Contract;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::limits::{once, Call};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::reject::{Code, Reject};
+use crate::proxy::reject::{Code, Recovery, Reject};
 use crate::proxy::stage::session;
 use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
 use crate::telemetry::spans::ClientSpan;
@@ -172,8 +172,10 @@ async fn collect(
             let (reject, ran) = match failure {
                 Failure::TimedOut => (failure_reject(SendFailure::TimedOut, false, window), Ran::Maybe),
                 Failure::Broken => (
+                    // It may have run: never tell the agent to retry it.
                     Reject::new(Code::BackendUnavailable, "the backend connection broke before the tool's result arrived; the call may have run")
-                        .with_retryable(false),
+                        .with_retryable(false)
+                        .with_recovery(Recovery::Stop),
                     Ran::Maybe,
                 ),
                 Failure::TooLarge(n) => (Reject::new(Code::OutputContractViolation, format!("the tool's result is larger than {n} bytes")), Ran::Yes),

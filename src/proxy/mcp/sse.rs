@@ -54,6 +54,10 @@ pub struct Parser {
     buf: BytesMut,
     /// Bytes of `buf` already split into lines (all belonging to the current event).
     scanned: usize,
+    /// Bytes after `scanned` already searched for a line end without finding one: a
+    /// long line arriving in many chunks is searched once, not once per chunk (which
+    /// made a backend's 8 MiB line cost gigabytes of scanning).
+    searched: usize,
     event: Option<String>,
     id: Option<String>,
     retry: Option<String>,
@@ -66,6 +70,7 @@ impl Parser {
         Parser {
             buf: BytesMut::new(),
             scanned: 0,
+            searched: 0,
             event: None,
             id: None,
             retry: None,
@@ -93,13 +98,24 @@ impl Parser {
     pub fn next_event(&mut self, eof: bool) -> Option<Event> {
         loop {
             let rest = &self.buf[self.scanned..];
-            let end = rest.iter().position(|&b| b == b'\n' || b == b'\r')?;
+            let Some(found) = rest[self.searched..]
+                .iter()
+                .position(|&b| b == b'\n' || b == b'\r')
+            else {
+                self.searched = rest.len();
+                return None;
+            };
+            let end = self.searched + found;
             let terminator = match (rest[end], rest.get(end + 1)) {
                 (b'\r', Some(b'\n')) => 2,
                 // A CR at the end of what arrived may be the first half of a CRLF.
-                (b'\r', None) if !eof => return None,
+                (b'\r', None) if !eof => {
+                    self.searched = end;
+                    return None;
+                }
                 _ => 1,
             };
+            self.searched = 0;
             let line = String::from_utf8_lossy(&rest[..end]).into_owned();
             self.scanned += end + terminator;
             if line.is_empty() {
@@ -199,6 +215,22 @@ mod tests {
         let mut p = Parser::new(1024);
         p.push(b"event: endpoint\ndata: /x\n\n");
         assert!(!p.next_event(false).unwrap().is_message());
+    }
+
+    #[test]
+    fn a_long_line_in_many_chunks_is_one_line() {
+        let mut p = Parser::new(1 << 20);
+        p.push(b"data: ");
+        for _ in 0..1000 {
+            p.push(b"abcdefgh");
+            assert!(p.next_event(false).is_none());
+        }
+        p.push(b"\r");
+        assert!(p.next_event(false).is_none());
+        p.push(b"\n\n");
+        let e = p.next_event(false).unwrap();
+        assert_eq!(e.data.len(), 8000);
+        assert_eq!(e.raw.len(), 6 + 8000 + 3);
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! is only checked here, not parsed, when nothing known yet will read them: no audit
 //! digest or session fingerprint (the caller says), no duplicate suppression or capture
 //! (the contract says). A rule reading `args` still gets them, parsed then
-//! (`proxy::args`).
+//! (`proxy::args`). Either way a body that names a key twice is refused
+//! (`proxy::json_strict`).
 
 use bytes::Bytes;
 use http::Method;
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 use crate::control::schema::Schema;
 use crate::control::{Snapshot, ToolId};
 use crate::proxy::args::{Args, BodyError};
+use crate::proxy::json_strict;
 use crate::proxy::reject::{Code, Detail, Reject};
 
 /// A classified REST call.
@@ -63,6 +65,7 @@ pub fn classify(
     let json_body = !body.is_empty();
     let unread = !reads_args && contract.idempotent && !contract.capture_arguments;
     if json_body && args.is_empty() && unread && contract.input.accepts_any_object() {
+        // The bytes go to the backend as they came: the check refuses a key named twice.
         let args = Args::from_object_body(body.clone()).map_err(|e| match e {
             BodyError::NotJson(e) => not_json(e),
             BodyError::NotAnObject => not_an_object(),
@@ -75,7 +78,7 @@ pub fn classify(
         });
     }
     if json_body {
-        let parsed: Value = serde_json::from_slice(body).map_err(not_json)?;
+        let parsed = json_strict::parse(body).map_err(not_json)?;
         let Value::Object(fields) = parsed else {
             return Err(not_an_object());
         };
@@ -260,6 +263,7 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
             (r#"{"a": 1e999}"#, "not valid JSON"),
             ("[1]", "must be a JSON object"),
             ("\"text\"", "must be a JSON object"),
+            (r#"{"q": 1, "q": 2}"#, "appears twice"),
         ] {
             let e =
                 classify(&s, &Method::POST, "/search", None, &Bytes::from(bad), false).unwrap_err();
@@ -298,6 +302,8 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
         let e = get(&s, "/logs/a", None, "{nope").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
         let e = get(&s, "/logs/a", None, "[1]").unwrap_err();
+        assert_eq!(e.code, Code::MalformedRequest);
+        let e = get(&s, "/logs/a", None, r#"{"ratio": 1, "ratio": 2}"#).unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
         let e = get(&s, "/logs/%ff", None, "").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);

@@ -1,0 +1,251 @@
+//! JSON bodies read strictly: an object that names a key twice is refused.
+//!
+//! RFC 8259 leaves duplicate names to the parser, and parsers disagree: serde_json keeps
+//! the last value, others keep the first or fail. The gateway decides on one reading and
+//! forwards the bytes, so `{"method":"tools/call",…,"method":"ping"}` or
+//! `{"project":"SEC","project":"OPS"}` could be judged as one call and run as another.
+//! Refusing duplicates leaves every reader one meaning.
+//!
+//! Both functions drive serde_json's own deserializer, so they accept exactly what
+//! `serde_json::from_slice::<Value>` accepts (same numbers, strings, recursion limit, no
+//! trailing characters) except the duplicates.
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::map::Entry;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::fmt;
+
+/// Parses `bytes` into a tree, refusing an object that names a key twice.
+pub fn parse(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = Tree.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// Checks that `bytes` is JSON without duplicate keys, keeping nothing but the keys of
+/// the object being walked; `Ok(true)` when the top value is an object.
+pub fn check(bytes: &[u8]) -> Result<bool, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let is_object = Walk.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(is_object)
+}
+
+fn duplicate<E: de::Error>(key: &str) -> E {
+    E::custom(format_args!("the key {key:?} appears twice in one object"))
+}
+
+/// Builds a `Value`, as serde_json's own visitor does.
+struct Tree;
+
+impl<'de> DeserializeSeed<'de> for Tree {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Tree {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(item) = seq.next_element_seed(Tree)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Tree)?;
+            match object.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(value);
+                }
+                Entry::Occupied(taken) => return Err(duplicate(taken.key())),
+            }
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// Walks a value, keeping only the keys of the object being walked; says whether the
+/// value is an object.
+struct Walk;
+
+impl<'de> DeserializeSeed<'de> for Walk {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        // `deserialize_any`, as `Value` does, so numbers are converted (and `1e999`
+        // refused) exactly as the tree parser would.
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_unit<E>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element_seed(Walk)?.is_some() {}
+        Ok(false)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut keys: Vec<Cow<'de, str>> = Vec::new();
+        while let Some(key) = map.next_key_seed(Key)? {
+            map.next_value_seed(Walk)?;
+            keys.push(key);
+        }
+        // Sorted, so a large object costs n log n, not n²; borrowed where unescaped.
+        keys.sort_unstable();
+        match keys.windows(2).find(|pair| pair[0] == pair[1]) {
+            Some(pair) => Err(duplicate(&pair[0])),
+            None => Ok(true),
+        }
+    }
+}
+
+/// An object key, borrowed from the input when it has no escapes.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accepts_what_serde_json_accepts() {
+        for text in [
+            r#"{"a": 1, "b": [1, -2, 3.5, "x", null, true], "c": {"a": {"b": 2}}}"#,
+            r#"[{"a": 1}, {"a": 2}]"#,
+            r#""just a string""#,
+            r#"{"e\u0301": 1, "é": 2}"#,
+            "  7  ",
+        ] {
+            let expected: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(parse(text.as_bytes()).unwrap(), expected, "{text}");
+            assert!(check(text.as_bytes()).is_ok(), "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_serde_json_refuses() {
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        for text in ["{nope", r#"{"a": 1e999}"#, "1 2", "", deep.as_str()] {
+            assert!(serde_json::from_str::<Value>(text).is_err(), "{text}");
+            assert!(parse(text.as_bytes()).is_err(), "{text}");
+            assert!(check(text.as_bytes()).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_duplicate_keys_at_any_depth_and_spelling() {
+        for text in [
+            r#"{"method": "tools/call", "id": 1, "method": "ping"}"#,
+            r#"{"params": {"arguments": {"p": "SEC", "p": "OPS"}}}"#,
+            r#"[1, {"a": 1, "b": 2, "a": 3}]"#,
+            r#"{"a": 1, "\u0061": 2}"#,
+        ] {
+            let e = parse(text.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("appears twice"), "{text}: {e}");
+            let e = check(text.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("appears twice"), "{text}: {e}");
+        }
+        let wide: Map<String, Value> = (0..5000).map(|i| (format!("k{i}"), json!(i))).collect();
+        let mut text = serde_json::to_string(&wide).unwrap();
+        assert!(check(text.as_bytes()).is_ok());
+        text.insert_str(1, r#""k4999": 0, "#);
+        assert!(check(text.as_bytes()).is_err());
+        assert!(parse(text.as_bytes()).is_err());
+    }
+}
