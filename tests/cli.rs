@@ -100,9 +100,19 @@ async fn keyed_audit_log_verifies_with_its_key_only() {
         .await;
     h.call("GET", "/logs/orders", Some(STRANGER_TOKEN), &[], "")
         .await;
-    let (_, config) = h.get_admin("/config").await;
-    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
-    let last_seq = config["audit"]["lastSeq"].as_u64().unwrap();
+    // The writer acknowledges in batches: wait until it has taken the start record, the
+    // policy record and both calls.
+    let mut last_seq = 0;
+    for _ in 0..200 {
+        let (_, config) = h.get_admin("/config").await;
+        let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+        last_seq = config["audit"]["lastSeq"].as_u64().unwrap();
+        if last_seq == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(last_seq, 4, "start, policy and two calls acknowledged");
     let files = h.stop_keeping_files().await;
     let audit = files.path().join("audit.log");
     let verify = |extra: &[&str]| {

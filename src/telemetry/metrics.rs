@@ -8,6 +8,9 @@
 //! (count, duration, upstream duration). The handles of a tool's allowed calls, the
 //! case on every hot path, are looked up once and kept, so a call costs one map read by
 //! `&str` and no allocation; refusals, rare by comparison, go through the families.
+//!
+//! `toolgate_runtime_alive_tasks` is read from the Tokio runtime when `/metrics` is
+//! scraped, so it costs calls nothing; a soak run watches it for leaked tasks.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -71,6 +74,8 @@ pub struct Metrics {
     pub policy_reload_errors: Counter,
     pub audit_records: Counter,
     pub spans_dropped: Counter,
+    /// Set from the runtime by `encode`, never by a call.
+    runtime_alive_tasks: Gauge,
 }
 
 impl Default for Metrics {
@@ -92,6 +97,7 @@ impl Metrics {
         let policy_reload_errors = Counter::default();
         let audit_records = Counter::default();
         let spans_dropped = Counter::default();
+        let runtime_alive_tasks = Gauge::default();
         // The client appends `_total` to counters, so they are registered without it.
         registry.register(
             "toolgate_calls",
@@ -133,6 +139,11 @@ impl Metrics {
             "Spans dropped because the export queue was full",
             spans_dropped.clone(),
         );
+        registry.register(
+            "toolgate_runtime_alive_tasks",
+            "Tasks alive in the Tokio runtime that serves /metrics, read when scraped",
+            runtime_alive_tasks.clone(),
+        );
         Metrics {
             registry,
             tools: RwLock::default(),
@@ -144,6 +155,7 @@ impl Metrics {
             policy_reload_errors,
             audit_records,
             spans_dropped,
+            runtime_alive_tasks,
         }
     }
 
@@ -219,8 +231,14 @@ impl Metrics {
         f(tools.entry(tool.into()).or_insert(series));
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition. Called from a Tokio runtime (the admin server),
+    /// it first reads that runtime's alive tasks; elsewhere the gauge keeps its last value.
     pub fn encode(&self) -> String {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let alive = runtime.metrics().num_alive_tasks();
+            self.runtime_alive_tasks
+                .set(i64::try_from(alive).unwrap_or(i64::MAX));
+        }
         let mut out = String::new();
         // Writing to a String can't fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -246,9 +264,30 @@ mod tests {
             "toolgate_audit_records_total 0",
             "toolgate_spans_dropped_total 0",
             "# TYPE toolgate_policy_version gauge",
+            "toolgate_runtime_alive_tasks 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    #[tokio::test]
+    async fn alive_tasks_are_read_at_scrape_time() {
+        let m = Metrics::new();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let parked = tokio::spawn(async move {
+            let _ = stopped.await;
+        });
+        let alive = |text: &str| -> i64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix("toolgate_runtime_alive_tasks "))
+                .and_then(|v| v.parse().ok())
+                .expect("the gauge is exposed")
+        };
+        let with_task = alive(&m.encode());
+        assert!(with_task >= 1, "the parked task is alive: {with_task}");
+        let _ = stop.send(());
+        parked.await.unwrap();
+        assert_eq!(alive(&m.encode()), with_task - 1);
     }
 
     #[test]
