@@ -23,6 +23,8 @@
 #     ("full-before"), side by side with this one, to measure an optimization
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 root=$PWD
 rounds=${BENCH_ROUNDS:-3}
 seconds=${BENCH_SECONDS:-4}
@@ -68,21 +70,7 @@ port_bare=$((base + 2))
 port_minimal=$((base + 3))
 port_full=$((base + 4))
 port_otlp=$((base + 5))
-for p in $(seq "$base" $((base + 15))); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "port $p on 127.0.0.1 is taken: set BENCH_PORT_BASE" >&2
-    exit 1
-  fi
-done
-
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on 127.0.0.1:$1 (see $work/*.log)" >&2
-  exit 1
-}
+ports_free "$base" $((base + 15)) BENCH_PORT_BASE
 
 # --- servers --------------------------------------------------------------------------
 log "starting backend, nginx, bare proxy, OTLP sink, toolgate minimal and full in $work"

@@ -25,6 +25,8 @@
 #   SOAK_KEEP=1 (keep the work folder: samples, logs and the audit log)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 root=$PWD
 seconds=${SOAK_SECONDS:-600}
 percent=${SOAK_PERCENT:-70}
@@ -66,20 +68,7 @@ port_backend=$base
 port_otlp=$((base + 1))
 port_agent=$((base + 2))
 port_admin=$((base + 3))
-for p in $(seq "$base" $((base + 3))); do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "port $p on 127.0.0.1 is taken: set SOAK_PORT_BASE" >&2
-    exit 1
-  fi
-done
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on 127.0.0.1:$1 (see $work/*.log)" >&2
-  exit 1
-}
+ports_free "$base" $((base + 3)) SOAK_PORT_BASE
 
 # --- servers --------------------------------------------------------------------------
 log "starting backend, OTLP sink and toolgate (full profile) in $work"
