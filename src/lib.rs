@@ -12,6 +12,8 @@ pub mod config;
 pub mod control;
 pub mod crd;
 pub mod demo;
+#[doc(hidden)] // fuzz entry points shared by `fuzz/` and tests/fuzz_corpus.rs; not API
+pub mod fuzzing;
 pub mod identity;
 pub mod inject; // inject (issue 8): the sidecar injector webhook
 pub mod limits;

@@ -42,8 +42,11 @@ pub trait Rewrite: Send + Sync + 'static {
 
 /// Re-emits an SSE body, rewriting the response to request `id`. Until that response
 /// has passed, the stream must deliver it by `deadline`.
-pub fn rewrite_sse<R: Rewrite>(
-    incoming: Incoming,
+///
+/// Generic over the upstream body (hyper's `Incoming` in the proxy) so the fuzz target
+/// (`crate::fuzzing::sse`) drives this same re-emitter from memory.
+pub fn rewrite_sse<R: Rewrite, B: Upstream>(
+    incoming: B,
     id: Value,
     rewrite: R,
     max_event: usize,
@@ -65,7 +68,7 @@ pub fn rewrite_sse<R: Rewrite>(
 /// Re-emits a resumed GET stream (`Last-Event-ID`) without the responses it replays:
 /// they answer calls and listings whose streams broke, and on this stream toolgate can't
 /// tell which, so it can't shape or filter them. Requests and notifications pass.
-pub fn without_responses(incoming: Incoming, max_event: usize) -> Body {
+pub fn without_responses<B: Upstream>(incoming: B, max_event: usize) -> Body {
     into_body(Stream {
         incoming,
         parser: Parser::new(max_event),
@@ -91,7 +94,18 @@ impl Rewrite for Unchecked {
     }
 }
 
-fn into_body<R: Rewrite>(state: Stream<R>) -> Body {
+/// A body the re-emitter can read: hyper's `Incoming`, or any in-memory body.
+pub trait Upstream:
+    http_body::Body<Data = Bytes, Error: std::fmt::Display> + Send + Sync + Unpin + 'static
+{
+}
+
+impl<B> Upstream for B where
+    B: http_body::Body<Data = Bytes, Error: std::fmt::Display> + Send + Sync + Unpin + 'static
+{
+}
+
+fn into_body<R: Rewrite, B: Upstream>(state: Stream<R, B>) -> Body {
     let frames = futures_util::stream::unfold(state, |mut state| async move {
         let frame = state.next().await?;
         Some((Ok::<_, BoxError>(Frame::data(frame)), state))
@@ -99,8 +113,8 @@ fn into_body<R: Rewrite>(state: Stream<R>) -> Body {
     BodyExt::boxed(StreamBody::new(frames))
 }
 
-struct Stream<R> {
-    incoming: Incoming,
+struct Stream<R, B> {
+    incoming: B,
     parser: Parser,
     id: Value,
     rewrite: R,
@@ -111,7 +125,7 @@ struct Stream<R> {
     drop_responses: bool,
 }
 
-impl<R: Rewrite> Stream<R> {
+impl<R: Rewrite, B: Upstream> Stream<R, B> {
     async fn next(&mut self) -> Option<Bytes> {
         loop {
             if self.done {
