@@ -20,17 +20,17 @@ use std::time::Duration;
 
 use toolgate::audit::record::{args_digest, chain, now, GENESIS};
 use toolgate::audit::{AuditKey, Entry, Record};
-use toolgate::control::quota::Quota;
 use toolgate::crd::RateLimit;
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
-use toolgate::proxy::args::Args;
+use toolgate::policy::quota::Quota;
 use toolgate::proxy::decide::{decide, RequestView};
 use toolgate::proxy::stage::authorize;
 use toolgate::proxy::stage::classify::classify;
 use toolgate::proxy::stage::identify::identify;
 use toolgate::proxy::stage::validate::validate;
 use toolgate::telemetry::metrics::Metrics;
+use toolgate::vocab::args::Args;
 
 use common::{inproc, AGENT};
 
@@ -64,7 +64,7 @@ fn stages(c: &mut Criterion) {
     };
 
     // The minimal profile's contract: its schema accepts any object, so the body is only
-    // checked (proxy::args).
+    // checked (vocab::args).
     let open = common::snapshot_of(&common::policy_objects("minimal"));
     for (name, snapshot) in [
         ("classify/rest_1k_body", &snapshot),

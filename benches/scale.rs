@@ -17,12 +17,12 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use http::{HeaderMap, Method};
 use std::time::Duration;
 
-use toolgate::control::{BuildOptions, Snapshot};
 use toolgate::limits::{Capacity, Clock, Ledger};
+use toolgate::policy::{BuildOptions, Snapshot};
 use toolgate::proxy::decide::{decide, RequestView};
 use toolgate::proxy::stage::authorize;
 use toolgate::proxy::stage::classify::classify;
-use toolgate::proxy::stage::identify::Agent;
+use toolgate::vocab::Agent;
 
 /// The allocator the toolgate binary ships with, so the numbers are its numbers.
 #[global_allocator]

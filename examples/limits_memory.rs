@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use toolgate::config::Limits;
-use toolgate::control::quota::Quota;
 use toolgate::crd::{RateLimit, SessionLimits};
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
-use toolgate::proxy::args::Args;
+use toolgate::policy::quota::Quota;
+use toolgate::vocab::args::Args;
 
 #[path = "common/rss.rs"]
 mod rss;

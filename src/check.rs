@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use crate::control::files;
-use crate::control::{BuildOptions, Snapshot};
 use crate::crd::ManifestError;
+use crate::policy::{BuildOptions, Snapshot};
 
 /// What a check found.
 pub struct Report {

@@ -1,8 +1,9 @@
 //! toolgate: a deterministic gateway for AI-agent tool calls.
 //!
 //! The data plane ([`proxy`]) runs every call through typed stages against an immutable
-//! compiled [`control::Snapshot`]; the control plane ([`control`]) builds snapshots from
-//! policy sources; [`audit`] and [`telemetry`] record every decision.
+//! compiled [`policy::Snapshot`]; the control plane ([`control`]) builds snapshots from
+//! policy sources; [`audit`] and [`telemetry`] record every decision. [`vocab`] is the
+//! vocabulary every layer shares (refusal codes, [`vocab::Reject`], arguments, the agent).
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -17,7 +18,9 @@ pub mod fuzzing;
 pub mod identity;
 pub mod inject; // inject (issue 8): the sidecar injector webhook
 pub mod limits;
+pub mod policy;
 pub mod proxy;
 pub mod sidecar;
 pub mod telemetry;
 pub mod tls;
+pub mod vocab;

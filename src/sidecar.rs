@@ -13,11 +13,12 @@ use crate::admin::Admin;
 use crate::audit::AuditLog;
 use crate::config::Settings;
 use crate::control::cluster::{self, Cluster};
-use crate::control::{files, BuildOptions, Control};
+use crate::control::{files, Control};
 use crate::identity::jwt::AgentJwt;
 use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
+use crate::policy::BuildOptions;
 use crate::proxy::server::{serve, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
@@ -33,6 +34,8 @@ pub struct Sidecar {
     pub agent_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub gate: Arc<Gate>,
+    /// The control plane publishing the gate's snapshots.
+    pub control: Arc<Control>,
     stop: watch::Sender<bool>,
     drain_timeout: std::time::Duration,
     listeners: Vec<JoinHandle<()>>,
@@ -107,7 +110,7 @@ impl Sidecar {
         };
         let upstream = Upstream::new(&settings.upstream).context("upstream")?;
         let gate = Arc::new(Gate {
-            control: control.clone(),
+            snapshots: control.reader(),
             identity,
             upstream,
             audit,
@@ -143,7 +146,7 @@ impl Sidecar {
             until_stopped(stopped.clone()),
         ));
         let admin = Arc::new(Admin {
-            control,
+            control: control.clone(),
             metrics,
             audit: gate.audit.clone(),
         });
@@ -162,6 +165,7 @@ impl Sidecar {
             agent_addr,
             admin_addr,
             gate,
+            control,
             stop,
             drain_timeout: std::time::Duration::from_millis(settings.limits.drain_timeout_ms),
             listeners: vec![agent, admin],

@@ -7,9 +7,9 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use toolgate::control::{BuildOptions, Snapshot};
 use toolgate::crd::definition::{self, render};
 use toolgate::crd::parse_documents;
+use toolgate::policy::{BuildOptions, Snapshot};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -170,20 +170,16 @@ fn session(id: &str) -> [(&'static str, &str); 1] {
 }
 
 async fn wait_for_version(h: &Harness, version: u64) {
-    let gate = &h.sidecar.as_ref().unwrap().gate;
+    let control = &h.sidecar.as_ref().unwrap().control;
     for _ in 0..250 {
-        if gate
-            .control
-            .snapshot()
-            .is_some_and(|s| s.version >= version)
-        {
+        if control.snapshot().is_some_and(|s| s.version >= version) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!(
         "policy version {version} never published: {:?}",
-        gate.control.errors()
+        control.errors()
     );
 }
 

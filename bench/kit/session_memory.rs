@@ -5,10 +5,10 @@
 
 use serde_json::json;
 use toolgate::config::Limits;
-use toolgate::control::quota::Quota;
 use toolgate::crd::{RateLimit, SessionLimits};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
-use toolgate::proxy::args::Args;
+use toolgate::policy::quota::Quota;
+use toolgate::vocab::args::Args;
 
 #[path = "../../examples/common/rss.rs"]
 mod rss;
@@ -41,7 +41,7 @@ pub fn run(count: u64) -> anyhow::Result<()> {
         let session = format!("session-{i}");
         let args =
             Args::from(json!({"service": "orders", "query": "status:shipped", "limit": 100}));
-        let refused = |r: toolgate::proxy::reject::Reject| anyhow::anyhow!(r.message);
+        let refused = |r: toolgate::vocab::Reject| anyhow::anyhow!(r.message);
         ledger
             .check_rate(&agent, "search_logs", Some(&quota), None)
             .map_err(refused)?;

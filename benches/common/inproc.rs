@@ -58,7 +58,7 @@ pub async fn sidecar(upstream: SocketAddr, policies: &str, audit: &str) -> Sidec
     settings.audit.path = audit.into();
     let sidecar = Sidecar::start(settings).await.unwrap();
     // Policies load from files in the background: wait for the first snapshot.
-    while sidecar.gate.control.snapshot().is_none() {
+    while sidecar.control.snapshot().is_none() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     sidecar

@@ -9,10 +9,10 @@ use http::HeaderMap;
 use serde_json::Value;
 use std::sync::Arc;
 
-use toolgate::control::{BuildOptions, Snapshot};
 use toolgate::crd::{parse_documents, Object};
 use toolgate::identity::tokens::{digest_hex, TokenTable};
 use toolgate::identity::Tokens;
+use toolgate::policy::{BuildOptions, Snapshot};
 use toolgate::proxy::stage::identify::Identity;
 
 pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");

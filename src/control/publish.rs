@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::index::Index;
-use super::snapshot::{BuildOptions, Snapshot};
 use crate::crd::{ManifestError, Object, ObjectKey};
+use crate::policy::reader::Slot;
+use crate::policy::{BuildOptions, Snapshot, SnapshotReader};
 use crate::telemetry::metrics::Metrics;
 
 pub struct Control {
-    current: ArcSwapOption<Snapshot>,
+    current: Slot,
     state: Mutex<State>,
     versions: AtomicU64,
     options: BuildOptions,
@@ -57,7 +58,7 @@ pub enum Update {
 impl Control {
     pub fn new(expected_sources: &[&str], options: BuildOptions, metrics: Arc<Metrics>) -> Control {
         Control {
-            current: ArcSwapOption::empty(),
+            current: Arc::new(ArcSwapOption::empty()),
             state: Mutex::new(State {
                 index: Index::default(),
                 expected: expected_sources.iter().map(|s| s.to_string()).collect(),
@@ -76,9 +77,14 @@ impl Control {
         let _ = self.on_publish.set(hook);
     }
 
-    /// The snapshot to serve this request, or `None` before the first one (`NOT_READY`).
+    /// The snapshot published last, or `None` before the first one.
     pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
         self.current.load_full()
+    }
+
+    /// A read-only handle on the published snapshot, for the data plane.
+    pub fn reader(&self) -> SnapshotReader {
+        SnapshotReader::new(self.current.clone())
     }
 
     pub fn errors(&self) -> Vec<String> {

@@ -65,7 +65,7 @@ pub fn recovery_schema(_: &mut SchemaGenerator) -> Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::reject::Recovery;
+    use crate::vocab::Recovery;
     use serde_json::Value;
 
     #[test]

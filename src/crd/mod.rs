@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use crate::proxy::reject::Recovery;
+use crate::vocab::Recovery;
 
 pub const GROUP: &str = "toolgate.dev";
 pub const VERSION: &str = "v1alpha1";

@@ -238,15 +238,15 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
     };
     let sidecar = Sidecar::start(settings).await?;
     for _ in 0..200 {
-        if sidecar.gate.control.snapshot().is_some() {
+        if sidecar.control.snapshot().is_some() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     anyhow::ensure!(
-        sidecar.gate.control.snapshot().is_some(),
+        sidecar.control.snapshot().is_some(),
         "the example policies did not load: {:?}",
-        sidecar.gate.control.errors()
+        sidecar.control.errors()
     );
 
     writeln!(

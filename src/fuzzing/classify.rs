@@ -7,10 +7,10 @@ use http::Method;
 use serde_json::Value;
 use std::sync::OnceLock;
 
-use crate::control::{BuildOptions, Snapshot};
 use crate::crd::parse_documents;
-use crate::proxy::reject::{Code, Reject};
+use crate::policy::{BuildOptions, Snapshot};
 use crate::proxy::stage::classify::classify as classify_call;
+use crate::vocab::{Code, Reject};
 
 /// The contracts REST classification is fuzzed against: every argument source (path,
 /// catch-all, query, body), every typed conversion, and both body paths (checked-only

@@ -1,8 +1,8 @@
 //! The `manifest` target: YAML text → parsed manifests → a compiled snapshot (schemas,
 //! routes, CEL rules), with every error naming where it came from.
 
-use crate::control::{BuildOptions, Snapshot};
 use crate::crd::parse_documents;
+use crate::policy::{BuildOptions, Snapshot};
 
 /// One YAML text of manifests → a compiled snapshot (schemas, routes, CEL).
 pub fn manifest(data: &[u8]) {

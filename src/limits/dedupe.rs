@@ -34,7 +34,7 @@ use super::canonical::{Key, KeyBuilder};
 use super::clock::Clock;
 use super::table::{Op, Table};
 use super::Call;
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 
 /// What one flight costs besides its result: key, flight, settled outcome, the table's own
 /// bookkeeping, and what the allocator keeps around them in a loaded sidecar. Measured
@@ -265,7 +265,7 @@ impl Drop for Lead {
                     "the call was interrupted; it may have run, so it will not be sent again",
                 )
                 .with_retryable(false)
-                .with_recovery(crate::proxy::reject::Recovery::Stop),
+                .with_recovery(crate::vocab::Recovery::Stop),
                 ran: Ran::Maybe,
             });
         }
@@ -300,7 +300,7 @@ fn reused_key(call: &Call<'_>, window: Duration) -> Reject {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::args::Args;
+    use crate::vocab::args::Args;
     use serde_json::json;
 
     const WINDOW: Duration = Duration::from_secs(600);

@@ -35,10 +35,10 @@ pub use clock::Clock;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::control::quota::Quota;
 use crate::crd::SessionLimits;
-use crate::proxy::args::Args;
-use crate::proxy::reject::Reject;
+use crate::policy::quota::Quota;
+use crate::vocab::args::Args;
+use crate::vocab::Reject;
 use canonical::{Key, KeyBuilder};
 use dedupe::Dedupe;
 use rate::RateLimits;

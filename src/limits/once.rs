@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::dedupe::{Dedupe, Ran, Settled, Turn};
 use super::Call;
-use crate::proxy::reject::{Code, Recovery, Reject};
+use crate::vocab::{Code, Recovery, Reject};
 
 /// A call's outcome as handed to one requester.
 #[derive(Debug)]
@@ -104,7 +104,7 @@ mod tests {
     use super::super::clock::Clock;
     use super::super::dedupe::Buffered;
     use super::*;
-    use crate::proxy::args::Args;
+    use crate::vocab::args::Args;
     use serde_json::json;
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -21,8 +21,8 @@ use std::time::Duration;
 use super::canonical::KeyBuilder;
 use super::clock::Clock;
 use super::table::{Op, Table, MIN_SHARD_ENTRIES};
-use crate::control::quota::Quota;
-use crate::proxy::reject::{Code, Reject};
+use crate::policy::quota::Quota;
+use crate::vocab::{Code, Reject};
 
 type Limiter = governor::RateLimiter<NotKeyed, InMemoryState, Clock, NoOpMiddleware<Nanos>>;
 

@@ -28,7 +28,7 @@ use super::clock::Clock;
 use super::table::{Op, Table, MIN_SHARD_ENTRIES};
 use super::Call;
 use crate::crd::SessionLimits;
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Tally {
@@ -126,7 +126,7 @@ fn key(agent: &str, session: &str) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::args::Args;
+    use crate::vocab::args::Args;
     use serde_json::{json, Value};
 
     fn mk_limits(max_calls: Option<u64>, max_repeats: Option<u32>) -> SessionLimits {

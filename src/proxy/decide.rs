@@ -7,17 +7,17 @@ use http::HeaderMap;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
-use crate::control::contract::Contract;
-use crate::control::policy::Policy;
-use crate::control::rule::Bindings;
 use crate::identity::task::TaskTokens;
 use crate::limits::Ledger;
-use crate::proxy::args::Args;
-use crate::proxy::reject::Reject;
+use crate::policy::agent_policy::Policy;
+use crate::policy::contract::Contract;
+use crate::policy::rule::Bindings;
 use crate::proxy::stage::authorize::authorize;
-use crate::proxy::stage::identify::Agent;
 use crate::proxy::stage::rules;
 use crate::proxy::stage::validate::{validate, Arguments};
+use crate::vocab::args::Args;
+use crate::vocab::Agent;
+use crate::vocab::Reject;
 
 /// What rules may read of the request, besides arguments and identity.
 pub struct RequestView<'a> {
@@ -91,9 +91,9 @@ fn visible_headers(headers: &HeaderMap) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::{BuildOptions, Snapshot};
     use crate::crd::parse_documents;
     use crate::limits::{Capacity, Clock};
+    use crate::policy::{BuildOptions, Snapshot};
     use std::sync::Arc;
 
     const POLICIES: &str = r#"

@@ -19,8 +19,8 @@ use crate::limits::backoff::Backoff;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::proxy::body::{read_limited, ReadError};
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
-use crate::proxy::reject::{Code, Recovery, Reject};
 use crate::proxy::upstream::{failure_reject, status_reject, Failure, Upstream};
+use crate::vocab::{Code, Recovery, Reject};
 
 /// Largest non-idempotent result kept for replay; such results are small JSON, and every
 /// byte kept counts against `limits.dedupeMaxBytes` for the whole dedupe window.

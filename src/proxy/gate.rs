@@ -4,15 +4,16 @@ use std::sync::Arc;
 
 use crate::audit::AuditLog;
 use crate::config::Limits;
-use crate::control::Control;
 use crate::limits::Ledger;
+use crate::policy::SnapshotReader;
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::Tracing;
 
 pub struct Gate {
-    pub control: Arc<Control>,
+    /// The published policy, read once per request.
+    pub snapshots: SnapshotReader,
     pub identity: Identity,
     pub upstream: Upstream,
     pub audit: AuditLog,

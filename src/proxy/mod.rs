@@ -1,6 +1,5 @@
 //! The data plane: the agent listener and the pipeline every tool call goes through.
 
-pub mod args;
 pub mod body;
 pub mod decide;
 pub mod detach;
@@ -8,12 +7,11 @@ pub mod exchange;
 pub mod gate;
 pub mod headers;
 pub mod inline_wake;
-pub mod json_strict;
 pub mod mcp;
 pub mod outcome;
 pub mod path_check;
 pub mod pipeline;
-pub mod reject;
+pub mod render;
 pub mod rest;
 pub mod server;
 pub mod stage;

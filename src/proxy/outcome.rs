@@ -6,12 +6,12 @@ use std::time::Instant;
 
 use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
-use crate::proxy::args::Args;
 use crate::proxy::body::Body;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
-use crate::proxy::reject::Code;
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::spans::CallSpan;
+use crate::vocab::args::Args;
+use crate::vocab::Code;
 use opentelemetry::KeyValue;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

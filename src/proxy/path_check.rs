@@ -14,7 +14,7 @@
 //!
 //! It runs first in the pipeline, for REST and MCP alike, and reads only the path.
 
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 
 /// How many rounds of percent-decoding a segment is checked through: enough for any
 /// double or triple encoding a chain of proxies might undo.

@@ -24,7 +24,7 @@ use crate::proxy::gate::Gate;
 use crate::proxy::headers;
 use crate::proxy::outcome::{Decision, Outcome};
 use crate::proxy::path_check::check_path;
-use crate::proxy::reject::{into_response, Code, Reject};
+use crate::proxy::render::into_response;
 use crate::proxy::rest;
 use crate::proxy::server::AmbiguousFraming;
 use crate::proxy::stage::authorize;
@@ -33,6 +33,7 @@ use crate::proxy::stage::identify::identify;
 use crate::proxy::stage::validate::Arguments;
 use crate::telemetry::spans::CallSpan;
 use crate::tls::PeerIdentity;
+use crate::vocab::{Code, Reject};
 
 /// Serves one agent request. The call runs in the connection's task; if the client
 /// leaves first, the call finishes in a task of its own ([`Detached`]).
@@ -115,8 +116,8 @@ async fn process(
     }
     // Fail closed: without a snapshot nothing is known to be allowed.
     let snapshot = gate
-        .control
-        .snapshot()
+        .snapshots
+        .load()
         .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
     outcome.policy_version = Some(snapshot.version);
 

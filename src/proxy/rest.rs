@@ -15,20 +15,20 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-use crate::control::contract::Contract;
-use crate::control::policy::Policy;
 use crate::limits::dedupe::Settled;
 use crate::limits::{once, Call};
+use crate::policy::agent_policy::Policy;
+use crate::policy::contract::Contract;
 use crate::proxy::body::{full, read_limited, Body, ReadError};
 use crate::proxy::exchange::{send_buffered, send_retrying, Exchange, MAX_BUFFERED_BYTES};
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::reject::{Code, Reject};
 use crate::proxy::stage::session;
 use crate::proxy::stage::shape;
 use crate::proxy::stage::validate::Arguments;
 use crate::proxy::upstream::{failure_reject, status_reject};
+use crate::vocab::{Code, Reject};
 
 pub struct Forward<'a> {
     pub parts: &'a Parts,

@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
-use crate::proxy::reject::{Code, Recovery, Reject};
+use crate::vocab::{Code, Recovery, Reject};
 
 /// Cheap to clone (the pool is shared), so a backend call can run in its own task.
 #[derive(Clone)]

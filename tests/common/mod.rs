@@ -340,22 +340,14 @@ impl Harness {
 
     pub async fn wait_ready(&self) {
         for _ in 0..100 {
-            if self
-                .sidecar
-                .as_ref()
-                .unwrap()
-                .gate
-                .control
-                .snapshot()
-                .is_some()
-            {
+            if self.sidecar.as_ref().unwrap().control.snapshot().is_some() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         panic!(
             "sidecar never became ready: {:?}",
-            self.sidecar.as_ref().unwrap().gate.control.errors()
+            self.sidecar.as_ref().unwrap().control.errors()
         );
     }
 

@@ -16,7 +16,7 @@ use super::reply::{json_response, Refusal, INVALID_REQUEST};
 use super::{listing, route, tool, Exchange, Route};
 use crate::proxy::body::{empty, Body};
 use crate::proxy::outcome::{Decision, Outcome};
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 use http::{Response, StatusCode};
 
 pub async fn answer(

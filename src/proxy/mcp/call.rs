@@ -16,20 +16,20 @@ use super::answer::Failure;
 use super::jsonrpc::Message;
 use super::reply::Refusal;
 use super::Exchange;
-use crate::control::contract::Contract;
-use crate::control::policy::Policy;
-use crate::control::schema::empty_args;
-use crate::control::{Snapshot, ToolId};
-use crate::proxy::args::Args;
+use crate::policy::agent_policy::Policy;
+use crate::policy::contract::Contract;
+use crate::policy::schema::empty_args;
+use crate::policy::{Snapshot, ToolId};
 use crate::proxy::decide::{decide, RequestView};
 use crate::proxy::gate::Gate;
 use crate::proxy::outcome::{Decision, Outcome};
-use crate::proxy::reject::{Code, Reject};
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::shape;
 use crate::proxy::stage::validate::Arguments;
 use crate::proxy::upstream::{self, failure_reject};
 use crate::telemetry::spans::CallSpan;
+use crate::vocab::args::Args;
+use crate::vocab::{Code, Reject};
 
 /// A call the gate let through, and the message to forward.
 pub struct Permit<'s> {

@@ -23,8 +23,8 @@ use super::{modern, Exchange};
 use crate::proxy::body::Body;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
 use crate::proxy::outcome::{Decision, Outcome};
-use crate::proxy::reject::Reject;
 use crate::proxy::upstream::{failure_reject, status_reject, Failure};
+use crate::vocab::Reject;
 
 /// How long a passing message may take to get its response head (its body then streams
 /// without a deadline: a GET stream lives as long as the session).

@@ -75,7 +75,7 @@ pub enum Unreadable {
 pub fn parse(bytes: &[u8]) -> Result<Body, Unreadable> {
     // Strict: a key given twice (`method`, `name`, an argument) could be read one way
     // here and another way upstream.
-    let value = crate::proxy::json_strict::parse(bytes)
+    let value = crate::vocab::json_strict::parse(bytes)
         .map_err(|e| Unreadable::NotJson(format!("the body is not valid JSON: {e}")))?;
     match value {
         Value::Array(items) if items.is_empty() => Err(Unreadable::Invalid(Invalid {

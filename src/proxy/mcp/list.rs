@@ -10,10 +10,10 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::control::contract::Contract;
-use crate::control::policy::Policy;
-use crate::control::redact::MASK;
-use crate::control::Snapshot;
+use crate::policy::agent_policy::Policy;
+use crate::policy::contract::Contract;
+use crate::policy::redact::MASK;
+use crate::policy::Snapshot;
 
 /// Filters a `tools/list` result in place. `policy` is the agent's, if any.
 pub fn filter(result: &mut Map<String, Value>, snapshot: &Snapshot, policy: Option<&Policy>) {
@@ -136,8 +136,8 @@ fn inline_ref(schema: &mut Value, root: &Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::BuildOptions;
     use crate::crd::parse_documents;
+    use crate::policy::BuildOptions;
 
     const OBJECTS: &str = r#"
 apiVersion: toolgate.dev/v1alpha1

@@ -15,11 +15,11 @@ use super::jsonrpc::Message;
 use super::list;
 use super::reply::{Refusal, INTERNAL_ERROR};
 use super::Exchange;
-use crate::control::Snapshot;
+use crate::policy::Snapshot;
 use crate::proxy::body::{full, Body};
 use crate::proxy::outcome::{Decision, Outcome};
-use crate::proxy::reject::{Code, Reject};
 use crate::proxy::upstream::failure_reject;
+use crate::vocab::{Code, Reject};
 
 /// A single tools/list POST.
 pub async fn single(

@@ -39,15 +39,16 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::control::Snapshot;
+use crate::policy::Snapshot;
 use crate::proxy::body::Body;
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::MCP_SESSION;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::pipeline::read_body;
-use crate::proxy::reject::{Code, Reject};
 use crate::proxy::stage::authorize;
-use crate::proxy::stage::identify::{identify, Agent};
+use crate::proxy::stage::identify::identify;
+use crate::vocab::Agent;
+use crate::vocab::{Code, Reject};
 use jsonrpc::{Body as Parsed, Kind, Message, Unreadable};
 use reply::{Refusal, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 
@@ -86,7 +87,7 @@ pub async fn handle(
         }
     };
     outcome.agent = Some(agent.id.to_string());
-    let snapshot = gate.control.snapshot();
+    let snapshot = gate.snapshots.load();
     outcome.policy_version = snapshot.as_ref().map(|s| s.version);
     let ex = Exchange {
         gate,

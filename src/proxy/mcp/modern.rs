@@ -13,7 +13,7 @@ use http::HeaderMap;
 
 use super::jsonrpc::Message;
 use super::reply::{Refusal, HEADER_MISMATCH};
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 
 pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 pub const METHOD: &str = "mcp-method";

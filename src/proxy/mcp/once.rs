@@ -17,14 +17,14 @@ use super::answer::{self, Failure};
 use super::call::{shape_answer, Permit};
 use super::reply::Refusal;
 use super::Exchange;
-use crate::control::contract::Contract;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::limits::{once, Call};
+use crate::policy::contract::Contract;
 use crate::proxy::outcome::Outcome;
-use crate::proxy::reject::{Code, Recovery, Reject};
 use crate::proxy::stage::session;
 use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
 use crate::telemetry::spans::ClientSpan;
+use crate::vocab::{Code, Recovery, Reject};
 
 /// The outbound request of a call, owned so it can run detached.
 pub struct Outbound {

@@ -15,7 +15,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::proxy::body::{full, Body};
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;

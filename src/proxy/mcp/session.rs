@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::limits::canonical::{Key, KeyBuilder};
 use crate::limits::table::{Op, Table, MIN_SHARD_ENTRIES};
 use crate::limits::Clock;
-use crate::proxy::reject::{Code, Reject};
+use crate::vocab::{Code, Reject};
 
 pub const CAPACITY: u64 = 100_000;
 pub const IDLE: Duration = Duration::from_secs(12 * 3600);

@@ -25,17 +25,17 @@ use super::jsonrpc::Message;
 use super::once;
 use super::reply::{self, Refusal};
 use super::Exchange;
-use crate::control::contract::Contract;
-use crate::control::{Snapshot, ToolId};
 use crate::limits::dedupe::Settled;
 use crate::limits::Call;
+use crate::policy::contract::Contract;
+use crate::policy::{Snapshot, ToolId};
 use crate::proxy::body::{full, Body};
 use crate::proxy::headers::idempotency_key;
 use crate::proxy::outcome::Outcome;
-use crate::proxy::reject::{Code, Reject};
 use crate::proxy::stage::session;
 use crate::proxy::stage::shape;
 use crate::proxy::upstream::{failure_reject, status_reject};
+use crate::vocab::{Code, Reject};
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
 pub async fn single(

@@ -1,8 +1,8 @@
 //! authorize: may this agent call this tool at all? The kill switch first, then the
 //! tool allowlist. Everything not granted is refused: there is no default allow.
 
-use crate::control::policy::{Grant, Policy};
-use crate::proxy::reject::{Code, Reject};
+use crate::policy::agent_policy::{Grant, Policy};
+use crate::vocab::{Code, Reject};
 
 /// The policy and grant a call runs under.
 #[derive(Debug, Clone, Copy)]
@@ -13,7 +13,7 @@ pub struct Permit<'s> {
 
 /// The policy governing an agent; none means the agent may call nothing.
 pub fn policy<'s>(
-    snapshot: &'s crate::control::Snapshot,
+    snapshot: &'s crate::policy::Snapshot,
     agent: &str,
 ) -> Result<&'s Policy, Reject> {
     let policy = snapshot.policy_for(agent).ok_or_else(|| {
@@ -44,8 +44,8 @@ pub fn authorize<'s>(policy: &'s Policy, agent: &str, tool: &str) -> Result<Perm
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::{BuildOptions, Snapshot};
     use crate::crd::parse_documents;
+    use crate::policy::{BuildOptions, Snapshot};
 
     fn mk_snapshot(enabled: bool) -> Snapshot {
         let text = format!(

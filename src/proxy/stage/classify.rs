@@ -9,19 +9,19 @@
 //! is only checked here, not parsed, when nothing known yet will read them: no audit
 //! digest or session fingerprint (the caller says), no duplicate suppression or capture
 //! (the contract says). A rule reading `args` still gets them, parsed then
-//! (`proxy::args`). Either way a body that names a key twice is refused
-//! (`proxy::json_strict`).
+//! (`vocab::args`). Either way a body that names a key twice is refused
+//! (`vocab::json_strict`).
 
 use bytes::Bytes;
 use http::Method;
 use percent_encoding::percent_decode_str;
 use serde_json::{Map, Value};
 
-use crate::control::schema::Schema;
-use crate::control::{Snapshot, ToolId};
-use crate::proxy::args::{Args, BodyError};
-use crate::proxy::json_strict;
-use crate::proxy::reject::{Code, Detail, Reject};
+use crate::policy::schema::Schema;
+use crate::policy::{Snapshot, ToolId};
+use crate::vocab::args::{Args, BodyError};
+use crate::vocab::json_strict;
+use crate::vocab::{Code, Detail, Reject};
 
 /// A classified REST call.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ fn insert(args: &mut Map<String, Value>, name: &str, value: Value) -> Result<(),
             format!("{name}: given more than once (path, query or body)"),
         )
         .with_details(vec![Detail {
-            pointer: format!("/{}", crate::control::schema::escape(name)),
+            pointer: format!("/{}", crate::policy::schema::escape(name)),
             keyword: "duplicate".into(),
         }]));
     }
@@ -176,8 +176,8 @@ fn typed(schema: &Schema, name: &str, text: String) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::BuildOptions;
     use crate::crd::parse_documents;
+    use crate::policy::BuildOptions;
     use serde_json::json;
 
     fn mk_snapshot() -> Snapshot {

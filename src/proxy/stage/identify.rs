@@ -12,21 +12,8 @@ use crate::identity::jwt::AgentJwt;
 use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::proxy::headers::bearer;
-use crate::proxy::reject::{Code, Reject};
 use crate::tls::PeerIdentity;
-
-/// An authenticated caller: its id and the claims its credential carries (`agent` in CEL).
-#[derive(Debug, Clone)]
-pub struct Agent {
-    pub id: Arc<str>,
-    pub claims: Value,
-}
-
-impl Agent {
-    pub fn cel_value(&self) -> Value {
-        json!({"id": &*self.id, "claims": self.claims})
-    }
-}
+use crate::vocab::{Agent, Code, Reject};
 
 /// What identifies agents and their tasks.
 #[derive(Default)]

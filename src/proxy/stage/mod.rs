@@ -1,5 +1,5 @@
 //! The pipeline's stages, in the order the pipeline runs them. Each takes explicit inputs
-//! and returns the next stage's input or a [`Reject`](crate::proxy::reject::Reject).
+//! and returns the next stage's input or a [`Reject`](crate::vocab::Reject).
 
 pub mod authorize;
 pub mod classify;

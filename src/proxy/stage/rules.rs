@@ -1,9 +1,9 @@
 //! rules: the grant's CEL rules over the validated arguments and the caller's identity
 //! and task. Every rule must be true; the first that isn't decides the refusal.
 
-use crate::control::policy::Grant;
-use crate::control::rule::{Bindings, Failure};
-use crate::proxy::reject::{Code, Recovery, Reject};
+use crate::policy::agent_policy::Grant;
+use crate::policy::rule::{Bindings, Failure};
+use crate::vocab::{Code, Recovery, Reject};
 
 pub fn check(grant: &Grant, bindings: &Bindings) -> Result<(), Reject> {
     // One scope for all the rules: the variables are bound once per call.
@@ -66,8 +66,8 @@ pub fn check(grant: &Grant, bindings: &Bindings) -> Result<(), Reject> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::rule::{Bindings, CompiledRule, Reads};
     use crate::crd::Rule;
+    use crate::policy::rule::{Bindings, CompiledRule, Reads};
     use serde_json::json;
     use std::borrow::Cow;
 

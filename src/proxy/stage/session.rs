@@ -5,10 +5,10 @@
 //! duplicate never costs budget. Under a shadow policy a refusal is recorded as
 //! `shadow-deny` and the call runs anyway, like any other shadow refusal.
 
-use crate::control::policy::Policy;
 use crate::limits::{Call, Ledger};
+use crate::policy::agent_policy::Policy;
 use crate::proxy::outcome::{Decision, Outcome};
-use crate::proxy::reject::Reject;
+use crate::vocab::Reject;
 
 pub fn admit(
     ledger: &Ledger,

@@ -4,8 +4,8 @@
 
 use serde_json::Value;
 
-use crate::control::contract::Contract;
-use crate::proxy::reject::{Code, Reject};
+use crate::policy::contract::Contract;
+use crate::vocab::{Code, Reject};
 
 /// Whether a result must be buffered and rewritten at all.
 pub fn needed(contract: &Contract) -> bool {

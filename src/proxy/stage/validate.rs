@@ -8,9 +8,9 @@
 
 use serde_json::Value;
 
-use crate::control::contract::Contract;
-use crate::proxy::args::Args;
-use crate::proxy::reject::{Code, Reject};
+use crate::policy::contract::Contract;
+use crate::vocab::args::Args;
+use crate::vocab::{Code, Reject};
 
 /// Validated arguments, defaults filled; `filled` says whether defaults were added.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::control::BuildOptions;
+use crate::policy::BuildOptions;
 use crate::telemetry::metrics::Metrics;
 use serde_json::{json, Value};
 

@@ -17,11 +17,11 @@ use std::collections::HashSet;
 pub use super::bindings::{Bindings, Reads, Scope};
 use super::parser::parse;
 use crate::crd::Rule;
-use crate::proxy::reject::Recovery;
+use crate::vocab::Recovery;
 
 pub const VARIABLES: [&str; 5] = ["args", "agent", "task", "session", "request"];
 pub const MAX_NODES: usize = 512;
-pub const MAX_DEPTH: usize = 48;
+pub use super::parser::MAX_DEPTH;
 pub const MAX_SOURCE: usize = 4096;
 /// The CEL standard functions rules may call (operators aside).
 pub const FUNCTIONS: [&str; 17] = [

@@ -7,7 +7,7 @@
 //! fingerprint). When none does, the body is only checked, in one pass that keeps
 //! nothing, and goes to the backend as it came.
 //!
-//! The check (`proxy::json_strict::check`) accepts exactly what the strict tree parser
+//! The check (`vocab::json_strict::check`) accepts exactly what the strict tree parser
 //! accepts (an object naming a key twice is refused by both): it drives serde_json's own
 //! deserializer through the same paths (strings decoded, numbers converted, same
 //! recursion limit, no trailing characters), so a checked body always parses later. That
@@ -18,7 +18,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use std::sync::OnceLock;
 
-use crate::proxy::json_strict;
+use crate::vocab::json_strict;
 
 /// Arguments, parsed or still the checked bytes of a JSON object.
 #[derive(Debug, Clone)]

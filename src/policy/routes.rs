@@ -4,7 +4,7 @@
 use http::Method;
 use std::collections::HashMap;
 
-use super::snapshot::ToolId;
+use super::tool_id::ToolId;
 
 #[derive(Default)]
 pub struct Routes {

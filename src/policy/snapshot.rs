@@ -8,14 +8,11 @@
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
+use super::agent_policy::Policy;
 use super::contract::Contract;
-use super::policy::Policy;
 use super::routes::Routes;
+pub use super::tool_id::ToolId;
 use crate::crd::{LabelSelector, Manifest, ManifestError, Object};
-
-/// Index of a contract in [`Snapshot::contracts`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ToolId(pub usize);
 
 #[derive(Debug)]
 pub struct Snapshot {

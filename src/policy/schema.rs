@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::proxy::reject::Detail;
+use crate::vocab::Detail;
 
 /// A compiled schema and the document it came from.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ impl Schema {
 
     /// True when validating an object against this schema can only succeed and fill in
     /// nothing: `{}`, `true`, or `{type: object}` with annotations at most. A call under
-    /// such a schema needs no parsed arguments for validation (`proxy::args`).
+    /// such a schema needs no parsed arguments for validation (`vocab::args`).
     pub fn accepts_any_object(&self) -> bool {
         self.open
     }

@@ -10,7 +10,8 @@ use cel::parser::Parser;
 use std::cell::Cell;
 use std::sync::Mutex;
 
-use super::rule::MAX_DEPTH;
+/// How deeply an expression may nest; the parser stops there (a compile error).
+pub const MAX_DEPTH: usize = 48;
 
 const PARSER_STACK: usize = 64 << 20;
 

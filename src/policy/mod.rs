@@ -1,0 +1,21 @@
+//! The compiled policy model: what one [`Snapshot`] enforces. Contracts (schemas, routes,
+//! redaction), agent policies (grants, CEL rules, quotas), all compiled once per snapshot
+//! and immutable after. It knows nothing of where policies come from (`control`) or of
+//! how calls arrive (`proxy`): `proxy → policy ← control`.
+
+pub mod agent_policy;
+pub mod bindings;
+pub mod contract;
+pub mod parser;
+pub mod quota;
+pub mod reader;
+pub mod redact;
+pub mod routes;
+pub mod rule;
+pub mod schema;
+pub mod snapshot;
+pub mod tool_id;
+
+pub use reader::SnapshotReader;
+pub use snapshot::{BuildOptions, Snapshot};
+pub use tool_id::ToolId;

@@ -1,0 +1,170 @@
+//! The error vocabulary's table: every refusal code with its HTTP status, whether a retry
+//! may succeed, and what the agent should do next. This table is the only source of
+//! those facts: REST and MCP render from it, and `docs/errors.md` is generated from it
+//! ([`markdown`]).
+
+use serde::Serialize;
+
+/// What the agent should do next, as the `recovery` field says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Recovery {
+    FixArguments,
+    AskUser,
+    Retry,
+    AwaitApproval,
+    Stop,
+}
+
+impl Recovery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recovery::FixArguments => "fix_arguments",
+            Recovery::AskUser => "ask_user",
+            Recovery::Retry => "retry",
+            Recovery::AwaitApproval => "await_approval",
+            Recovery::Stop => "stop",
+        }
+    }
+}
+
+/// Every refusal code of DESIGN §4.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Code {
+    MalformedRequest,
+    PayloadTooLarge,
+    HeadersTooLarge,
+    Unauthenticated,
+    UnknownTool,
+    AgentDisabled,
+    ToolNotAllowed,
+    MissingArgument,
+    InvalidArguments,
+    PolicyDenied,
+    OutOfTaskScope,
+    RateLimited,
+    BudgetExhausted,
+    LoopDetected,
+    ApprovalRequired,
+    BackendTimeout,
+    BackendUnavailable,
+    BackendError,
+    BackendRejected,
+    OutputContractViolation,
+    NotReady,
+    AuditUnavailable,
+}
+
+impl Code {
+    pub const ALL: [Code; 22] = [
+        Code::MalformedRequest,
+        Code::PayloadTooLarge,
+        Code::HeadersTooLarge,
+        Code::Unauthenticated,
+        Code::UnknownTool,
+        Code::AgentDisabled,
+        Code::ToolNotAllowed,
+        Code::MissingArgument,
+        Code::InvalidArguments,
+        Code::PolicyDenied,
+        Code::OutOfTaskScope,
+        Code::RateLimited,
+        Code::BudgetExhausted,
+        Code::LoopDetected,
+        Code::ApprovalRequired,
+        Code::BackendTimeout,
+        Code::BackendUnavailable,
+        Code::BackendError,
+        Code::BackendRejected,
+        Code::OutputContractViolation,
+        Code::NotReady,
+        Code::AuditUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::MalformedRequest => "MALFORMED_REQUEST",
+            Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            // Not a row of DESIGN §4's table: the 431 the issue asks for needs a code too.
+            Code::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+            Code::UnknownTool => "UNKNOWN_TOOL",
+            Code::AgentDisabled => "AGENT_DISABLED",
+            Code::ToolNotAllowed => "TOOL_NOT_ALLOWED",
+            Code::MissingArgument => "MISSING_ARGUMENT",
+            Code::InvalidArguments => "INVALID_ARGUMENTS",
+            Code::PolicyDenied => "POLICY_DENIED",
+            Code::OutOfTaskScope => "OUT_OF_TASK_SCOPE",
+            Code::RateLimited => "RATE_LIMITED",
+            Code::BudgetExhausted => "BUDGET_EXHAUSTED",
+            Code::LoopDetected => "LOOP_DETECTED",
+            Code::ApprovalRequired => "APPROVAL_REQUIRED",
+            Code::BackendTimeout => "BACKEND_TIMEOUT",
+            Code::BackendUnavailable => "BACKEND_UNAVAILABLE",
+            Code::BackendError => "BACKEND_ERROR",
+            Code::BackendRejected => "BACKEND_REJECTED",
+            Code::OutputContractViolation => "OUTPUT_CONTRACT_VIOLATION",
+            Code::NotReady => "NOT_READY",
+            Code::AuditUnavailable => "AUDIT_UNAVAILABLE",
+        }
+    }
+
+    /// The HTTP status of the table. `BACKEND_REJECTED` carries the backend's own 4xx,
+    /// which the [`Reject`] overrides.
+    pub fn status(self) -> u16 {
+        match self {
+            Code::MalformedRequest => 400,
+            Code::PayloadTooLarge => 413,
+            Code::HeadersTooLarge => 431,
+            Code::Unauthenticated => 401,
+            Code::UnknownTool => 404,
+            Code::AgentDisabled | Code::ToolNotAllowed => 403,
+            Code::MissingArgument | Code::InvalidArguments => 422,
+            Code::PolicyDenied | Code::OutOfTaskScope => 403,
+            Code::RateLimited | Code::BudgetExhausted => 429,
+            Code::LoopDetected => 409,
+            Code::ApprovalRequired => 202,
+            Code::BackendTimeout => 504,
+            Code::BackendUnavailable => 503,
+            Code::BackendError => 502,
+            Code::BackendRejected => 400,
+            Code::OutputContractViolation => 502,
+            Code::NotReady | Code::AuditUnavailable => 503,
+        }
+    }
+
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            Code::RateLimited
+                | Code::ApprovalRequired
+                | Code::BackendUnavailable
+                | Code::NotReady
+                | Code::AuditUnavailable
+        )
+    }
+
+    pub fn recovery(self) -> Recovery {
+        match self {
+            Code::MalformedRequest
+            | Code::PayloadTooLarge
+            | Code::HeadersTooLarge
+            | Code::InvalidArguments => Recovery::FixArguments,
+            Code::MissingArgument | Code::OutOfTaskScope | Code::BackendRejected => {
+                Recovery::AskUser
+            }
+            Code::RateLimited
+            | Code::BackendUnavailable
+            | Code::NotReady
+            | Code::AuditUnavailable => Recovery::Retry,
+            Code::ApprovalRequired => Recovery::AwaitApproval,
+            _ => Recovery::Stop,
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

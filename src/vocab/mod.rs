@@ -1,0 +1,18 @@
+//! The vocabulary every layer shares: refusal codes and their table, recovery hints,
+//! details, [`Reject`], a call's [`Args`] and the calling [`Agent`].
+//!
+//! It sits at the bottom: it imports nothing of the proxy, the policy model or the
+//! control plane, so `crd`, `policy`, `control` and `limits` speak of refusals and
+//! arguments without reaching up into the data plane. How a refusal is rendered (HTTP,
+//! JSON-RPC) is the data plane's business (`proxy::render`, `proxy::mcp::reply`).
+
+pub mod agent;
+pub mod args;
+pub mod code;
+pub mod json_strict;
+pub mod reject;
+
+pub use agent::Agent;
+pub use args::Args;
+pub use code::{Code, Recovery};
+pub use reject::{Detail, Reject};
