@@ -20,6 +20,7 @@ pub mod inject; // inject (issue 8): the sidecar injector webhook
 pub mod limits;
 pub mod policy;
 pub mod proxy;
+pub mod reference;
 pub mod sidecar;
 pub mod telemetry;
 pub mod tls;

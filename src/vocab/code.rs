@@ -163,6 +163,74 @@ impl Code {
     }
 }
 
+impl Code {
+    /// When a call gets this code: the table's last column.
+    pub fn when(self) -> &'static str {
+        match self {
+            Code::MalformedRequest => {
+                "the request can't be read: not JSON, bad JSON-RPC, bad UTF-8, an ambiguous \
+                 path or framing, a key named twice in one object"
+            }
+            Code::PayloadTooLarge => "the body is larger than `limits.maxBodyBytes`",
+            Code::HeadersTooLarge => "more than `limits.maxHeaders` request headers",
+            Code::Unauthenticated => "no credential, or one that is not valid",
+            Code::UnknownTool => "no contract matches the call (REST route or MCP tool name)",
+            Code::AgentDisabled => "the agent's policy has `enabled: false` (the kill switch)",
+            Code::ToolNotAllowed => {
+                "no policy governs the agent, or its policy grants no such tool (or MCP method)"
+            }
+            Code::MissingArgument => "a `required` argument is absent",
+            Code::InvalidArguments => "the arguments break the contract's `input` schema",
+            Code::PolicyDenied => "a CEL rule of the grant is false, or fails to evaluate",
+            Code::OutOfTaskScope => {
+                "a rule reading `task` is false, or the call carries no valid task token"
+            }
+            Code::RateLimited => "the agent's or the grant's `rateLimit` is spent",
+            Code::BudgetExhausted => "the session's `maxCalls` is reached",
+            Code::LoopDetected => "the same call came `maxRepeats` times in a row in a session",
+            Code::ApprovalRequired => "a person must approve the call first",
+            Code::BackendTimeout => "the backend did not answer within the contract's `timeoutMs`",
+            Code::BackendUnavailable => {
+                "the backend refused or dropped the connection, or answered 503"
+            }
+            Code::BackendError => "the backend answered 5xx; its body is never shown",
+            Code::BackendRejected => "the backend answered 4xx; only a safe message passes",
+            Code::OutputContractViolation => {
+                "the result breaks the contract's `output` schema, is too large, or can't be \
+                 checked"
+            }
+            Code::NotReady => "no policy snapshot is loaded yet (fail closed)",
+            Code::AuditUnavailable => {
+                "the audit log can't be written (`audit.onFailure: fail_closed`)"
+            }
+        }
+    }
+
+    /// Where a refusal of this code departs from the table's row, and why.
+    pub fn varies(self) -> Option<&'static str> {
+        match self {
+            Code::PolicyDenied => {
+                Some("recovery is the failing rule's `recovery` (default `stop`)")
+            }
+            Code::BackendTimeout => Some(
+                "retryable with recovery `retry` for idempotent tools; a non-idempotent call \
+                 may have run, so `stop`",
+            ),
+            Code::BackendUnavailable => Some(
+                "a non-idempotent call whose connection broke, or that was interrupted, may \
+                 have run: not retryable, `stop`",
+            ),
+            Code::BackendRejected => Some("the HTTP status is the backend's own 4xx"),
+            Code::RateLimited => Some("carries `retryAfterMs` and a `Retry-After` header"),
+            Code::MalformedRequest => Some(
+                "405 for an MCP request that is not POST, GET or DELETE; 404 for an \
+                 `Mcp-Session-Id` this agent was not issued",
+            ),
+            _ => None,
+        }
+    }
+}
+
 impl std::fmt::Display for Code {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
