@@ -20,8 +20,8 @@ use std::time::Duration;
 use toolgate::limits::{Capacity, Clock, Ledger};
 use toolgate::policy::{BuildOptions, Snapshot};
 use toolgate::proxy::decide::{decide, RequestView};
+use toolgate::proxy::rest::classify::classify;
 use toolgate::proxy::stage::authorize;
-use toolgate::proxy::stage::classify::classify;
 use toolgate::vocab::Agent;
 
 /// The allocator the toolgate binary ships with, so the numbers are its numbers.

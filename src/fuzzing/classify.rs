@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use crate::crd::parse_documents;
 use crate::policy::{BuildOptions, Snapshot};
-use crate::proxy::stage::classify::classify as classify_call;
+use crate::proxy::rest::classify::classify as classify_call;
 use crate::vocab::{Code, Reject};
 
 /// The contracts REST classification is fuzzed against: every argument source (path,

@@ -6,6 +6,9 @@ use http_body::Body as HttpBody;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full, LengthLimitError, Limited};
 use std::time::Duration;
 
+use crate::proxy::gate::Gate;
+use crate::vocab::{Code, Reject};
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of every response toolgate sends.
 pub type Body = BoxBody<Bytes, BoxError>;
@@ -45,4 +48,41 @@ where
         }
         Ok(Err(e)) => Err(ReadError::Broken(e.to_string())),
     }
+}
+
+/// A request body, bounded by `limits.maxBodyBytes` and `limits.bodyReadTimeoutMs`; a
+/// declared oversize body is refused before a byte of it is read.
+pub async fn read_body(
+    gate: &Gate,
+    headers: &http::HeaderMap,
+    body: hyper::body::Incoming,
+) -> Result<Bytes, Reject> {
+    let limit = gate.limits.max_body_bytes;
+    let too_large = || {
+        Reject::new(
+            Code::PayloadTooLarge,
+            format!("the body is larger than {limit} bytes"),
+        )
+    };
+    // Refuse a declared oversize body before reading a byte of it.
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    read_limited(
+        body,
+        limit,
+        Duration::from_millis(gate.limits.body_read_timeout_ms),
+    )
+    .await
+    .map_err(|e| match e {
+        ReadError::TooLarge(_) => too_large(),
+        ReadError::TimedOut => {
+            Reject::new(Code::MalformedRequest, "the body did not arrive in time")
+        }
+        ReadError::Broken(_) => Reject::new(Code::MalformedRequest, "the body could not be read"),
+    })
 }

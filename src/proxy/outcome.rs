@@ -1,5 +1,10 @@
 //! What one call decided, gathered as the pipeline runs and emitted exactly once at the
-//! end: response headers, metrics, and the audit record.
+//! end: response headers, metrics, the span and the audit record.
+//!
+//! Stages return values; the dispatchers hand them to the outcome through the methods
+//! below, named for what happened (`identified`, `proposed`, `governed`, `answered`,
+//! `refused` …). Its fields are private: this file is the only one that fills the record
+//! the metrics, the span and the audit line are made of.
 
 use http::{HeaderValue, Response};
 use std::time::Instant;
@@ -7,56 +12,39 @@ use std::time::Instant;
 use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
 use crate::proxy::body::Body;
+use crate::proxy::govern::Verdict;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::spans::CallSpan;
-use crate::vocab::args::Args;
-use crate::vocab::Code;
+use crate::vocab::{Args, Code, Decision, Reject};
 use opentelemetry::KeyValue;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Allow,
-    Deny,
-    /// A shadow policy would have denied; the call was forwarded anyway.
-    ShadowDeny,
-}
-
-impl Decision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-            Decision::ShadowDeny => "shadow-deny",
-        }
-    }
-}
-
 pub struct Outcome {
-    pub started: Instant,
-    pub span: CallSpan,
+    started: Instant,
+    span: CallSpan,
     /// MCP: the JSON-RPC method and id of the message, for the span.
-    pub mcp_method: Option<String>,
-    pub call_id: Option<String>,
-    pub agent: Option<String>,
-    pub session: Option<String>,
-    pub tool: Option<String>,
-    pub args_digest: Option<String>,
-    pub captured_args: Option<serde_json::Value>,
-    pub decision: Decision,
-    pub code: Option<Code>,
-    pub rule: Option<String>,
-    pub policy_version: Option<u64>,
-    pub upstream_status: Option<u16>,
+    mcp_method: Option<String>,
+    call_id: Option<String>,
+    agent: Option<String>,
+    session: Option<String>,
+    tool: Option<String>,
+    args_digest: Option<String>,
+    captured_args: Option<serde_json::Value>,
+    decision: Decision,
+    code: Option<Code>,
+    rule: Option<String>,
+    policy_version: Option<u64>,
+    upstream_status: Option<u16>,
     /// The answer is a duplicate's copy of the first call's (`X-Toolgate-Replayed`).
-    pub replayed: bool,
+    replayed: bool,
     /// An audit log is kept: with `audit.path: off` the record (and the digest of the
     /// arguments, which only the record uses) is never built.
-    pub audited: bool,
+    audited: bool,
 }
 
 impl Outcome {
-    pub fn new(span: CallSpan, started: Instant) -> Outcome {
+    /// A call's outcome from its first moment; `audited`: whether an audit log is kept.
+    pub fn new(span: CallSpan, started: Instant, audited: bool) -> Outcome {
         Outcome {
             started,
             span,
@@ -73,13 +61,7 @@ impl Outcome {
             policy_version: None,
             upstream_status: None,
             replayed: false,
-            audited: true,
-        }
-    }
-
-    pub fn set_args(&mut self, args: &Args) {
-        if self.audited {
-            self.args_digest = Some(args_digest(args.value()));
+            audited,
         }
     }
 
@@ -87,10 +69,125 @@ impl Outcome {
         self.span.trace_id()
     }
 
-    /// The tool is known: name the span after it.
-    pub fn set_tool(&mut self, tool: &str) {
+    /// The server span, parent of the backend call's client span.
+    pub fn span(&self) -> &CallSpan {
+        &self.span
+    }
+
+    /// Whether the record will be written: the arguments' digest is only needed then.
+    pub fn audited(&self) -> bool {
+        self.audited
+    }
+
+    /// The session label the request named.
+    pub fn in_session(&mut self, session: Option<&str>) {
+        self.session = session.map(str::to_string);
+    }
+
+    /// The policy version that decides the call (`None` before the first snapshot).
+    pub fn under_policy(&mut self, version: Option<u64>) {
+        self.policy_version = version;
+    }
+
+    /// The caller is known.
+    pub fn identified(&mut self, agent: &str) {
+        self.agent = Some(agent.to_string());
+        self.span.event("identified", vec![]);
+    }
+
+    /// An MCP message: its JSON-RPC method and id, for the span.
+    pub fn mcp_message(&mut self, method: &str, id: Option<&serde_json::Value>) {
+        self.mcp_method = Some(method.to_string());
+        self.call_id = id.map(|id| match id {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    }
+
+    /// The tool and arguments are known: name the span after the tool, digest the
+    /// arguments for the record.
+    pub fn proposed(&mut self, tool: &str, args: &Args) {
         self.span.set_name(tool);
         self.tool = Some(tool.to_string());
+        if self.audited {
+            self.args_digest = Some(args_digest(args.value()));
+        }
+        self.span.event("classified", vec![]);
+    }
+
+    /// The gate let the call run.
+    pub fn governed(&mut self, verdict: &Verdict<'_>) {
+        self.decision = verdict.decision;
+        if let Some(reject) = &verdict.shadowed {
+            self.code = Some(reject.code);
+            self.rule = reject.rule.clone();
+        } else {
+            self.span.event("allowed", vec![]);
+        }
+        self.captured_args = verdict.captured.clone();
+    }
+
+    /// A shadow policy's session limit would have refused the call; it runs anyway. The
+    /// first would-be refusal is the one the record keeps.
+    pub fn shadowed(&mut self, reject: &Reject) {
+        self.decision = Decision::ShadowDeny;
+        if self.code.is_none() {
+            self.code = Some(reject.code);
+        }
+    }
+
+    /// A message that is not a tool call was let through (MCP handshake, listing, streams,
+    /// a batch's own record).
+    pub fn passed(&mut self) {
+        self.decision = Decision::Allow;
+    }
+
+    /// The backend answered with this HTTP status.
+    pub fn answered(&mut self, status: u16) {
+        self.upstream_status = Some(status);
+    }
+
+    /// The answer is a duplicate's copy of the first call's.
+    pub fn replayed(&mut self, replayed: bool) {
+        self.replayed = replayed;
+    }
+
+    /// The gate refused the call after having let it through the decision (a session
+    /// limit): the decision becomes `deny`.
+    pub fn denied(&mut self, reject: &Reject) {
+        self.decision = Decision::Deny;
+        self.refused(reject);
+    }
+
+    /// The call ends in this refusal. The decision stays as the gate made it: `deny`
+    /// unless the call was let through (a backend failure after that keeps its `allow`).
+    pub fn refused(&mut self, reject: &Reject) {
+        self.code = Some(reject.code);
+        self.rule = reject.rule.clone();
+    }
+
+    /// A copy for a record written later, outside the request (a streamed result refused
+    /// after the call's own record was written): its own detached span, the same facts.
+    pub fn follow_up(&self) -> Outcome {
+        let mut copy = Outcome::new(
+            CallSpan::detached(self.trace_id().to_string()),
+            self.started,
+            self.audited,
+        );
+        copy.agent = self.agent.clone();
+        copy.session = self.session.clone();
+        copy.tool = self.tool.clone();
+        copy.args_digest = self.args_digest.clone();
+        copy.captured_args = self.captured_args.clone();
+        copy.decision = self.decision;
+        copy.policy_version = self.policy_version;
+        copy.upstream_status = self.upstream_status;
+        copy
+    }
+
+    /// The tool, once known (for logs).
+    pub fn tool(&self) -> Option<&str> {
+        self.tool.as_deref()
     }
 
     /// Span attributes of DESIGN §6; never argument values.

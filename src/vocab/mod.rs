@@ -1,5 +1,5 @@
 //! The vocabulary every layer shares: refusal codes and their table, recovery hints,
-//! details, [`Reject`], a call's [`Args`] and the calling [`Agent`].
+//! details, [`Reject`], the [`Decision`], a call's [`Args`] and the calling [`Agent`].
 //!
 //! It sits at the bottom: it imports nothing of the proxy, the policy model or the
 //! control plane, so `crd`, `policy`, `control` and `limits` speak of refusals and
@@ -9,10 +9,12 @@
 pub mod agent;
 pub mod args;
 pub mod code;
+pub mod decision;
 pub mod json_strict;
 pub mod reject;
 
 pub use agent::Agent;
 pub use args::Args;
 pub use code::{Code, Recovery};
+pub use decision::Decision;
 pub use reject::{Detail, Reject};

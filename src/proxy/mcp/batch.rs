@@ -15,7 +15,7 @@ use super::jsonrpc::{Invalid, Kind, Message};
 use super::reply::{json_response, Refusal, INVALID_REQUEST};
 use super::{listing, route, tool, Exchange, Route};
 use crate::proxy::body::{empty, Body};
-use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::outcome::Outcome;
 use crate::vocab::{Code, Reject};
 use http::{Response, StatusCode};
 
@@ -44,7 +44,7 @@ pub async fn answer(
         answers.extend(answer);
     }
     // The batch's own record; every tools/call in it has its own.
-    outcome.decision = Decision::Allow;
+    outcome.passed();
     if answers.is_empty() {
         let mut response = Response::new(empty());
         *response.status_mut() = StatusCode::ACCEPTED;

@@ -1,5 +1,5 @@
-//! tools/call: the same decision as a REST call (identify, authorize, validate against the
-//! contract's `input`, rules, audit gate), then forward, then shape the tool result's
+//! tools/call: the message becomes a proposal for the governing core (`proxy::govern`),
+//! the same decision a REST call gets; then forward, then shape the tool result's
 //! `structuredContent` with `output` / `redact`.
 //!
 //! Shaping a result also rewrites its `content` to the shaped JSON as one text item: the
@@ -20,14 +20,11 @@ use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::schema::empty_args;
 use crate::policy::{Snapshot, ToolId};
-use crate::proxy::decide::{decide, RequestView};
 use crate::proxy::gate::Gate;
-use crate::proxy::outcome::{Decision, Outcome};
-use crate::proxy::stage::authorize;
+use crate::proxy::govern::{govern, Proposal};
+use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::proxy::stage::validate::Arguments;
 use crate::proxy::upstream::{self, failure_reject};
-use crate::telemetry::spans::CallSpan;
 use crate::vocab::args::Args;
 use crate::vocab::{Code, Reject};
 
@@ -41,9 +38,9 @@ pub struct Permit<'s> {
     pub body: Bytes,
 }
 
-/// Decides a tools/call. `original` is the message as it arrived, forwarded unchanged
-/// unless defaults were filled into its arguments.
-pub fn govern<'s>(
+/// Decides a tools/call through the governing core. `original` is the message as it
+/// arrived, forwarded unchanged unless defaults were filled into its arguments.
+pub fn decide<'s>(
     ex: &Exchange<'_>,
     snapshot: &'s Snapshot,
     message: &mut Message,
@@ -63,8 +60,6 @@ pub fn govern<'s>(
             format!("no tool named {name:?} is registered"),
         )));
     };
-    let contract = snapshot.contract(tool);
-    outcome.set_tool(&contract.tool);
     // Taken, not copied: the message is forwarded as its original bytes, or rebuilt
     // below with the filled arguments put back.
     let args = message
@@ -72,51 +67,19 @@ pub fn govern<'s>(
         .and_then(|p| p.remove("arguments"))
         .filter(|a| !a.is_null())
         .map_or_else(|| Args::from(empty_args()), Args::from);
-    outcome.set_args(&args);
-    // A disabled or ungoverned agent is refused even in shadow mode.
-    let policy = authorize::policy(snapshot, &ex.agent.id).map_err(Refusal::of_call)?;
-    let view = RequestView {
+    outcome.proposed(&snapshot.contract(tool).tool, &args);
+    let proposal = Proposal {
+        tool,
+        args,
+        agent: ex.agent,
         method: ex.parts.method.as_str(),
         path: ex.parts.uri.path(),
         headers: &ex.parts.headers,
         session: ex.session,
     };
-    // Kept only where a shadow policy may forward the call unvalidated.
-    let raw_args = policy.shadow.then(|| args.clone());
-    let args = match decide(
-        &ex.gate.ledger,
-        policy,
-        ex.agent,
-        contract,
-        args,
-        &view,
-        ex.gate.identity.tasks.as_ref(),
-    ) {
-        Ok(args) => {
-            outcome.decision = Decision::Allow;
-            args
-        }
-        Err(reject) if policy.shadow => {
-            tracing::info!(tool = %contract.tool, agent = %ex.agent.id, code = %reject.code, "shadow policy would deny; forwarding");
-            outcome.decision = Decision::ShadowDeny;
-            outcome.code = Some(reject.code);
-            outcome.rule = reject.rule;
-            Arguments::unchecked(raw_args.unwrap_or_default())
-        }
-        Err(reject) => return Err(Refusal::of_call(reject)),
-    };
-    if contract.capture_arguments {
-        let mut captured = args.value().clone();
-        contract.redact.iter().for_each(|r| r.apply(&mut captured));
-        outcome.captured_args = Some(captured);
-    }
-    if ex.gate.audit.refuses_calls() {
-        outcome.decision = Decision::Deny;
-        return Err(Refusal::of_call(Reject::new(
-            Code::AuditUnavailable,
-            "the audit log can't be written, so no call may run",
-        )));
-    }
+    let verdict = govern(ex.gate, snapshot, proposal).map_err(Refusal::of_call)?;
+    outcome.governed(&verdict);
+    let args = verdict.args;
     // The backend runs what was checked: filled defaults travel with the call.
     let body = if args.filled {
         let mut object = message.object.clone();
@@ -129,8 +92,8 @@ pub fn govern<'s>(
     };
     Ok(Permit {
         tool,
-        contract,
-        policy,
+        contract: verdict.contract,
+        policy: verdict.policy,
         args: args.into_args(),
         body,
     })
@@ -205,27 +168,15 @@ pub struct FollowUp {
 
 impl FollowUp {
     pub fn of(gate: &Arc<Gate>, outcome: &Outcome) -> FollowUp {
-        let span = CallSpan::detached(outcome.trace_id().to_string());
-        let mut copy = Outcome::new(span, outcome.started);
-        copy.agent = outcome.agent.clone();
-        copy.session = outcome.session.clone();
-        copy.tool = outcome.tool.clone();
-        copy.args_digest = outcome.args_digest.clone();
-        copy.audited = outcome.audited;
-        copy.captured_args = outcome.captured_args.clone();
-        copy.decision = outcome.decision;
-        copy.policy_version = outcome.policy_version;
-        copy.upstream_status = outcome.upstream_status;
         FollowUp {
             gate: gate.clone(),
-            outcome: copy,
+            outcome: outcome.follow_up(),
         }
     }
 
     pub fn record(mut self, reject: &Reject) {
-        tracing::warn!(tool = ?self.outcome.tool, code = %reject.code, trace_id = %self.outcome.trace_id(), "streamed tool result refused");
-        self.outcome.code = Some(reject.code);
-        self.outcome.rule = reject.rule.clone();
+        tracing::warn!(tool = ?self.outcome.tool(), code = %reject.code, trace_id = %self.outcome.trace_id(), "streamed tool result refused");
+        self.outcome.refused(reject);
         tokio::spawn(async move {
             let gate = self.gate;
             self.outcome.record(&gate.metrics, &gate.audit).await;

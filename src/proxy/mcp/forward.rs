@@ -22,7 +22,7 @@ use super::reply::{Refusal, INTERNAL_ERROR};
 use super::{modern, Exchange};
 use crate::proxy::body::Body;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
-use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::outcome::Outcome;
 use crate::proxy::upstream::{failure_reject, status_reject, Failure};
 use crate::vocab::Reject;
 
@@ -106,8 +106,8 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
     let response = send(ex, request)
         .await
         .map_err(|f| failure_reject(f, true, PASS_TIMEOUT))?;
-    outcome.decision = Decision::Allow;
-    outcome.upstream_status = Some(response.status().as_u16());
+    outcome.passed();
+    outcome.answered(response.status().as_u16());
     if method == Method::DELETE && response.status().is_success() {
         if let Some(session) = ex.mcp_session() {
             ex.gate.mcp_sessions.end(session);
@@ -149,8 +149,8 @@ pub async fn pass(
         }
     };
     tracing::debug!(elapsed = ?sent.elapsed(), method = ?message.method, "mcp message passed");
-    outcome.decision = Decision::Allow;
-    outcome.upstream_status = Some(response.status().as_u16());
+    outcome.passed();
+    outcome.answered(response.status().as_u16());
     if message.method.as_deref() == Some("initialize") && response.status().is_success() {
         let issued = response
             .headers()

@@ -17,7 +17,7 @@ use super::reply::{Refusal, INTERNAL_ERROR};
 use super::Exchange;
 use crate::policy::Snapshot;
 use crate::proxy::body::{full, Body};
-use crate::proxy::outcome::{Decision, Outcome};
+use crate::proxy::outcome::Outcome;
 use crate::proxy::upstream::failure_reject;
 use crate::vocab::{Code, Reject};
 
@@ -46,8 +46,8 @@ pub async fn single(
             return ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id);
         }
     };
-    outcome.decision = Decision::Allow;
-    outcome.upstream_status = Some(response.status().as_u16());
+    outcome.passed();
+    outcome.answered(response.status().as_u16());
     if !response.status().is_success() || response.status() == StatusCode::ACCEPTED {
         // An HTTP error carries no listing; the client needs to see it as it is.
         return stream_through(response);

@@ -40,11 +40,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::policy::Snapshot;
-use crate::proxy::body::Body;
+use crate::proxy::body::{read_body, Body};
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::MCP_SESSION;
 use crate::proxy::outcome::Outcome;
-use crate::proxy::pipeline::read_body;
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::identify::identify;
 use crate::vocab::Agent;
@@ -82,13 +81,13 @@ pub async fn handle(
         Ok(agent) => agent,
         Err(reject) => {
             // HTTP 401, with a JSON-RPC error body the SDKs surface (see reply).
-            outcome.code = Some(reject.code);
+            outcome.refused(&reject);
             return Ok(Refusal::of_call(reject).response(&Value::Null, outcome.trace_id(), modern));
         }
     };
-    outcome.agent = Some(agent.id.to_string());
+    outcome.identified(&agent.id);
     let snapshot = gate.snapshots.load();
-    outcome.policy_version = snapshot.as_ref().map(|s| s.version);
+    outcome.under_policy(snapshot.as_ref().map(|s| s.version));
     let ex = Exchange {
         gate,
         parts: &parts,
@@ -238,10 +237,7 @@ impl Exchange<'_> {
 
     /// Answers a single message with a refusal, and notes it in the request's outcome.
     pub fn refuse(&self, outcome: &mut Outcome, refusal: Refusal, id: &Value) -> Response<Body> {
-        outcome.code = Some(refusal.reject.code);
-        outcome.rule = refusal.reject.rule.clone();
-        // The decision stays as the gate made it: `deny` unless the call was let through
-        // (a backend failure after that keeps its `allow`, as for REST).
+        outcome.refused(&refusal.reject);
         refusal.response(id, self.trace_id(), self.modern)
     }
 
@@ -251,11 +247,11 @@ impl Exchange<'_> {
         let mut outcome = Outcome::new(
             self.gate.tracing.start_call(&self.parts.headers),
             Instant::now(),
+            self.gate.audit.is_on(),
         );
-        outcome.audited = self.gate.audit.is_on();
-        outcome.agent = Some(self.agent.id.to_string());
-        outcome.session = self.session.map(str::to_string);
-        outcome.policy_version = self.snapshot.as_ref().map(|s| s.version);
+        outcome.identified(&self.agent.id);
+        outcome.in_session(self.session);
+        outcome.under_policy(self.snapshot.as_ref().map(|s| s.version));
         outcome
     }
 }

@@ -1,92 +1,25 @@
 //! At most once for MCP tools that are not idempotent (`idempotent: false`, the default
-//! for MCP-served tools): the call joins [`limits::once`], the first one is sent detached
-//! and its JSON-RPC answer buffered, and every duplicate gets that answer under its own
-//! request id, marked `X-Toolgate-Replayed: true`.
+//! for MCP-served tools): the forward path (`proxy::forward`) sends the first call once,
+//! detached, with [`collect`] buffering its JSON-RPC answer, and every duplicate gets that
+//! answer under its own request id ([`answer`]), marked `X-Toolgate-Replayed: true`.
 //!
 //! A buffered answer is the unshaped JSON-RPC response (SSE collected to its one
 //! response); shaping runs per delivery, so a policy reload between two duplicates is
 //! honoured.
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, StatusCode};
 use serde_json::Value;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::answer::{self, Failure};
-use super::call::{shape_answer, Permit};
+use super::call::shape_answer;
 use super::reply::Refusal;
-use super::Exchange;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
-use crate::limits::{once, Call};
 use crate::policy::contract::Contract;
-use crate::proxy::outcome::Outcome;
-use crate::proxy::stage::session;
+use crate::proxy::exchange::Exchange;
 use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
-use crate::telemetry::spans::ClientSpan;
 use crate::vocab::{Code, Recovery, Reject};
-
-/// The outbound request of a call, owned so it can run detached.
-pub struct Outbound {
-    pub path: String,
-    pub headers: HeaderMap,
-    pub body: Bytes,
-    /// The leader's JSON-RPC id: the upstream answers to it.
-    pub id: Value,
-    pub span: ClientSpan,
-}
-
-/// Runs the call once (or joins the run in flight); returns the shared outcome.
-pub async fn run(
-    ex: &Exchange<'_>,
-    call: &Call<'_>,
-    permit: &Permit<'_>,
-    outbound: Outbound,
-    outcome: &mut Outcome,
-) -> Result<Arc<Settled>, Refusal> {
-    let contract = permit.contract;
-    let upstream = ex.gate.upstream.clone();
-    let metrics = ex.gate.metrics.clone();
-    let tool = contract.tool.clone();
-    // Detached: bounded by the dedupe window, so a duplicate can still get the answer
-    // after the first request stopped waiting.
-    let window = contract.dedupe_window.max(contract.timeout);
-    let max = ex.gate.limits.max_response_bytes;
-    let send = async move {
-        let started = std::time::Instant::now();
-        let Outbound {
-            path,
-            headers,
-            body,
-            id,
-            span,
-        } = outbound;
-        let settled = collect(upstream, path, headers, body, id, window, max).await;
-        metrics.record_upstream(&tool, started.elapsed());
-        span.end(match &settled {
-            Settled::Answered(answer) => Some(answer.status.as_u16()),
-            Settled::Failed { .. } => None,
-        });
-        settled
-    };
-    let policy = permit.policy;
-    let ledger = &ex.gate.ledger;
-    let delivered = {
-        let admit = || session::admit(ledger, call, policy, outcome);
-        once::run(
-            ledger.dedupe(),
-            call,
-            contract.dedupe_window,
-            contract.timeout,
-            admit,
-            send,
-        )
-        .await
-    }
-    .map_err(Refusal::of_call)?;
-    outcome.replayed = delivered.replayed;
-    Ok(delivered.settled)
-}
 
 /// The JSON-RPC answer for request `id`, shaped, from a shared outcome; the HTTP status
 /// rides along for JSON-RPC errors an upstream sent with a 4xx.
@@ -108,18 +41,25 @@ pub fn answer(
     }
 }
 
-async fn collect(
+/// Sends a call once and collects its JSON-RPC answer to `id` (SSE collected to its one
+/// response), within `window` and `max` bytes: the at-most-once buffer of
+/// `proxy::forward`.
+pub async fn collect(
     upstream: Upstream,
-    path: String,
-    headers: HeaderMap,
-    body: Bytes,
+    exchange: Exchange,
     id: Value,
     window: Duration,
     max: usize,
 ) -> Settled {
     let deadline = tokio::time::Instant::now() + window;
+    let Exchange {
+        method,
+        path_and_query,
+        headers,
+        body,
+    } = exchange;
     let response = match upstream
-        .send(Method::POST, &path, headers, body, window)
+        .send(method, &path_and_query, headers, body, window)
         .await
     {
         Ok(response) => response,

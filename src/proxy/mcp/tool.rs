@@ -16,10 +16,9 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
-use super::call::{failure_to_reject, govern, shape_answer, FollowUp};
+use super::call::{self, failure_to_reject, shape_answer, FollowUp};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
 use super::once;
@@ -30,11 +29,12 @@ use crate::limits::Call;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::body::{full, Body};
+use crate::proxy::exchange;
+use crate::proxy::forward::{Plan, Sent, Stopped};
 use crate::proxy::headers::idempotency_key;
 use crate::proxy::outcome::Outcome;
-use crate::proxy::stage::session;
 use crate::proxy::stage::shape;
-use crate::proxy::upstream::{failure_reject, status_reject};
+use crate::proxy::upstream::status_reject;
 use crate::vocab::{Code, Reject};
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
@@ -46,8 +46,8 @@ pub async fn single(
 ) -> Response<Body> {
     let id = message.reply_id();
     let delivered = match forward_call(ex, &mut message, original, outcome, false).await {
-        Ok(Sent::Live(forwarded)) => deliver(ex, forwarded, &id, outcome).await,
-        Ok(Sent::Once {
+        Ok(Reply::Live(live)) => deliver(ex, live, &id, outcome).await,
+        Ok(Reply::Once {
             snapshot,
             tool,
             settled,
@@ -68,8 +68,8 @@ pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
     let id = message.reply_id();
     let bytes = Bytes::from(message.to_bytes());
     let answer = match forward_call(ex, &mut message, bytes, &mut outcome, true).await {
-        Ok(Sent::Live(forwarded)) => collect(ex, forwarded, &id).await,
-        Ok(Sent::Once {
+        Ok(Reply::Live(live)) => collect(ex, live, &id).await,
+        Ok(Reply::Once {
             snapshot,
             tool,
             settled,
@@ -77,8 +77,7 @@ pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
         Err(refusal) => Err(refusal),
     };
     let answer = answer.unwrap_or_else(|refusal| {
-        outcome.code = Some(refusal.reject.code);
-        outcome.rule = refusal.reject.rule.clone();
+        outcome.refused(&refusal.reject);
         refusal.message(&id, ex.trace_id(), false)
     });
     outcome.record(&ex.gate.metrics, &ex.gate.audit).await;
@@ -86,7 +85,7 @@ pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
 }
 
 /// A permitted call and the upstream's response head.
-struct Forwarded {
+struct Live {
     snapshot: Arc<Snapshot>,
     tool: ToolId,
     response: Response<Incoming>,
@@ -95,8 +94,8 @@ struct Forwarded {
 
 /// What forwarding produced: the live response of an idempotent call, or the one shared
 /// outcome of a call that runs at most once.
-enum Sent {
-    Live(Forwarded),
+enum Reply {
+    Live(Live),
     Once {
         snapshot: Arc<Snapshot>,
         tool: ToolId,
@@ -111,23 +110,19 @@ async fn forward_call(
     original: Bytes,
     outcome: &mut Outcome,
     split: bool,
-) -> Result<Sent, Refusal> {
+) -> Result<Reply, Refusal> {
     let Some(snapshot) = ex.snapshot.clone() else {
         return Err(Refusal::of_call(Reject::new(
             Code::NotReady,
             "no policy is loaded yet",
         )));
     };
-    outcome.mcp_method = Some("tools/call".into());
-    outcome.call_id = message.id.as_ref().map(|id| match id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    });
-    let permit = govern(ex, &snapshot, message, original, outcome)?;
+    outcome.mcp_message("tools/call", message.id.as_ref());
+    let permit = call::decide(ex, &snapshot, message, original, outcome)?;
     let contract = permit.contract;
     let key = idempotency_key(&ex.parts.headers)
         .map_err(|m| Refusal::of_call(Reject::new(Code::MalformedRequest, m)))?;
-    let call = Call::new(
+    let limited = Call::new(
         &ex.agent.id,
         ex.session,
         &contract.tool,
@@ -137,74 +132,87 @@ async fn forward_call(
     let request = Outbound {
         method: Method::POST,
         tool: Some(&contract.tool),
-        body: permit.body.clone(),
+        body: permit.body,
         split,
         timeout: contract.timeout,
     };
-    let (path, mut headers) = forward::outbound(ex, &request);
+    let (path_and_query, mut headers) = forward::outbound(ex, &request);
     let span_name = format!("tools/call {}", contract.tool);
-    let client_span = ex
+    let span = ex
         .gate
         .tracing
-        .start_client(&outcome.span, span_name, &mut headers);
-    if !contract.idempotent {
-        let outbound = once::Outbound {
-            path,
+        .start_client(outcome.span(), span_name, &mut headers);
+    let plan = Plan {
+        contract,
+        policy: permit.policy,
+        call: &limited,
+        exchange: exchange::Exchange {
+            method: Method::POST,
+            path_and_query,
             headers,
             body: request.body,
-            id: message.reply_id(),
-            span: client_span,
-        };
-        let settled = once::run(ex, &call, &permit, outbound, outcome).await?;
-        return Ok(Sent::Once {
-            snapshot: snapshot.clone(),
-            tool: permit.tool,
-            settled,
-        });
-    }
-    session::admit(&ex.gate.ledger, &call, permit.policy, outcome).map_err(Refusal::of_call)?;
-    let sent = Instant::now();
-    let response = ex
-        .gate
-        .upstream
-        .send(Method::POST, &path, headers, request.body, contract.timeout)
-        .await;
-    client_span.end(response.as_ref().ok().map(|r| r.status().as_u16()));
-    let response = response
-        .map_err(|f| Refusal::of_call(failure_reject(f, contract.idempotent, contract.timeout)))?;
-    ex.gate
-        .metrics
-        .record_upstream(&contract.tool, sent.elapsed());
-    outcome.upstream_status = Some(response.status().as_u16());
-    if response.status() == StatusCode::ACCEPTED {
-        return Err(Refusal::of_call(Reject::new(
-            Code::BackendError,
-            "the backend accepted the call without answering it",
-        )));
+        },
+        span,
+        retry: false,
+    };
+    // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
+    // under its own (once::answer).
+    let id = message.reply_id();
+    let buffer =
+        move |upstream, exchange, window, max| once::collect(upstream, exchange, id, window, max);
+    let forwarded = match crate::proxy::forward::forward(ex.gate, plan, buffer).await {
+        Ok(forwarded) => forwarded,
+        Err(Stopped::Denied(reject)) => {
+            outcome.denied(&reject);
+            return Err(Refusal::of_call(reject));
+        }
+        Err(Stopped::Failed(reject)) => return Err(Refusal::of_call(reject)),
+    };
+    if let Some(reject) = &forwarded.shadowed {
+        outcome.shadowed(reject);
     }
     let tool = permit.tool;
-    Ok(Sent::Live(Forwarded {
-        tool,
-        response,
-        deadline: tokio::time::Instant::from_std(sent + contract.timeout),
-        snapshot,
-    }))
+    match forwarded.sent {
+        Sent::Settled { settled, replayed } => {
+            outcome.replayed(replayed);
+            Ok(Reply::Once {
+                snapshot,
+                tool,
+                settled,
+            })
+        }
+        Sent::Live { response, sent } => {
+            outcome.answered(response.status().as_u16());
+            if response.status() == StatusCode::ACCEPTED {
+                return Err(Refusal::of_call(Reject::new(
+                    Code::BackendError,
+                    "the backend accepted the call without answering it",
+                )));
+            }
+            Ok(Reply::Live(Live {
+                tool,
+                response,
+                deadline: tokio::time::Instant::from_std(sent + contract.timeout),
+                snapshot,
+            }))
+        }
+    }
 }
 
 /// The answer to a single call, streamed where it can be.
 async fn deliver(
     ex: &Exchange<'_>,
-    forwarded: Forwarded,
+    live: Live,
     id: &Value,
     outcome: &Outcome,
 ) -> Result<Response<Body>, Refusal> {
     let max = ex.gate.limits.max_response_bytes;
-    let Forwarded {
+    let Live {
         snapshot,
         tool,
         response,
         deadline,
-    } = forwarded;
+    } = live;
     let contract = snapshot.contract(tool);
     let shaped = shape::needed(contract);
     if !response.status().is_success() {
@@ -252,13 +260,13 @@ async fn deliver(
 }
 
 /// The answer to a call of a batch, read whole.
-async fn collect(ex: &Exchange<'_>, forwarded: Forwarded, id: &Value) -> Result<Value, Refusal> {
-    let Forwarded {
+async fn collect(ex: &Exchange<'_>, live: Live, id: &Value) -> Result<Value, Refusal> {
+    let Live {
         snapshot,
         tool,
         response,
         deadline,
-    } = forwarded;
+    } = live;
     let contract = snapshot.contract(tool);
     if !response.status().is_success() {
         let (_, bytes) = upstream_error(response, contract).await?;

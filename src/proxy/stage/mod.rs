@@ -2,7 +2,6 @@
 //! and returns the next stage's input or a [`Reject`](crate::vocab::Reject).
 
 pub mod authorize;
-pub mod classify;
 pub mod identify;
 pub mod rules;
 pub mod session;

@@ -1,0 +1,170 @@
+//! The one forward path for a call the gate let run, REST and MCP alike.
+//!
+//! ```text
+//! idempotent:      session limits → send (with retries where the caller allows) → live
+//! not idempotent:  claim ─ join a running identical call → its settled answer (replayed)
+//!                        └ lead → session limits → send once, detached, buffered → settled
+//! ```
+//!
+//! Session limits run here, after duplicate detection, so a duplicate never costs budget
+//! and a refused call never counts. How an at-most-once answer is read and kept is the
+//! caller's (`exchange::send_buffered` for REST, the JSON-RPC collector for MCP); when
+//! and how often the backend is called is decided here only.
+
+use http::Response;
+use hyper::body::Incoming;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::limits::dedupe::Settled;
+use crate::limits::{once, Call};
+use crate::policy::agent_policy::Policy;
+use crate::policy::contract::Contract;
+use crate::proxy::exchange::{send_retrying, Exchange};
+use crate::proxy::gate::Gate;
+use crate::proxy::stage::session;
+use crate::proxy::upstream::{failure_reject, Upstream};
+use crate::telemetry::spans::ClientSpan;
+use crate::vocab::Reject;
+
+/// A permitted call, ready to send.
+pub struct Plan<'a> {
+    pub contract: &'a Contract,
+    /// The policy whose session limits the call meets.
+    pub policy: &'a Policy,
+    /// The call as limits see it (agent, session, tool, arguments, idempotency key).
+    pub call: &'a Call<'a>,
+    pub exchange: Exchange,
+    /// The backend call's client span, started by the caller (it names the span).
+    pub span: ClientSpan,
+    /// An idempotent call may be retried where its answer can't yet have been seen (a
+    /// failed connect, a 503). MCP sends once: its answer may be a stream already
+    /// relayed in part.
+    pub retry: bool,
+}
+
+/// What the backend gave.
+pub enum Sent {
+    /// An idempotent call's response, live (the body not read yet).
+    Live {
+        response: Response<Incoming>,
+        sent: Instant,
+    },
+    /// An at-most-once call's outcome, shared with its duplicates.
+    Settled {
+        settled: Arc<Settled>,
+        /// A duplicate's copy of the first call's answer.
+        replayed: bool,
+    },
+}
+
+pub struct Forwarded {
+    pub sent: Sent,
+    /// The session limit a shadow policy overrode, if one would have refused the call.
+    pub shadowed: Option<Reject>,
+}
+
+/// Why a call that the gate let through got no answer.
+pub enum Stopped {
+    /// A session limit refused it: it never ran, and the decision is `deny`.
+    Denied(Reject),
+    /// It was sent, or joined one that was, and failed (or its outcome is unknown).
+    Failed(Reject),
+}
+
+/// Sends the call: idempotent ones live, others at most once. `buffer` reads an
+/// at-most-once answer whole, given the upstream, the request, how long it may take and
+/// how many bytes it may keep.
+pub async fn forward<B, F>(gate: &Gate, plan: Plan<'_>, buffer: B) -> Result<Forwarded, Stopped>
+where
+    B: FnOnce(Upstream, Exchange, Duration, usize) -> F,
+    F: Future<Output = Settled> + Send + 'static,
+{
+    let Plan {
+        contract,
+        policy,
+        call,
+        exchange,
+        span,
+        retry,
+    } = plan;
+    if contract.idempotent {
+        let shadowed = session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?;
+        let sent = Instant::now();
+        let response = if retry {
+            send_retrying(&gate.upstream, &exchange, contract.timeout).await
+        } else {
+            let Exchange {
+                method,
+                path_and_query,
+                headers,
+                body,
+            } = exchange;
+            (gate.upstream)
+                .send(method, &path_and_query, headers, body, contract.timeout)
+                .await
+        };
+        span.end(response.as_ref().ok().map(|r| r.status().as_u16()));
+        let response =
+            response.map_err(|f| Stopped::Failed(failure_reject(f, true, contract.timeout)))?;
+        gate.metrics.record_upstream(&contract.tool, sent.elapsed());
+        return Ok(Forwarded {
+            sent: Sent::Live { response, sent },
+            shadowed,
+        });
+    }
+    // At most once. The send runs detached, bounded by the dedupe window, so a duplicate
+    // can still get its answer after this request stops waiting.
+    let window = contract.dedupe_window.max(contract.timeout);
+    let buffered = buffer(
+        gate.upstream.clone(),
+        exchange,
+        window,
+        gate.limits.max_response_bytes,
+    );
+    let metrics = gate.metrics.clone();
+    let tool = contract.tool.clone();
+    let send = async move {
+        let sent = Instant::now();
+        let settled = buffered.await;
+        metrics.record_upstream(&tool, sent.elapsed());
+        span.end(match &settled {
+            Settled::Answered(answer) => Some(answer.status.as_u16()),
+            Settled::Failed { .. } => None,
+        });
+        settled
+    };
+    let mut shadowed = None;
+    let mut denied = false;
+    let admit = || match session::admit(&gate.ledger, call, policy) {
+        Ok(overridden) => {
+            shadowed = overridden;
+            Ok(())
+        }
+        Err(reject) => {
+            denied = true;
+            Err(reject)
+        }
+    };
+    let delivered = once::run(
+        gate.ledger.dedupe(),
+        call,
+        contract.dedupe_window,
+        contract.timeout,
+        admit,
+        send,
+    )
+    .await;
+    match delivered {
+        Ok(delivered) => Ok(Forwarded {
+            sent: Sent::Settled {
+                settled: delivered.settled,
+                replayed: delivered.replayed,
+            },
+            shadowed,
+        }),
+        Err(reject) if denied => Err(Stopped::Denied(reject)),
+        Err(reject) => Err(Stopped::Failed(reject)),
+    }
+}

@@ -1,0 +1,104 @@
+//! The governing core: the one function that decides whether a call may run, for REST,
+//! for MCP `tools/call` and for each call of a batch alike.
+//!
+//! ```text
+//! proposal (tool, arguments, agent, request) → policy lookup → authorize → rate limit
+//!   → validate → rules → shadow → capture → audit gate → verdict
+//! ```
+//!
+//! It returns values and writes nothing: the caller records the [`Verdict`] (or the
+//! refusal) in the call's outcome. What runs after it — duplicate detection, session
+//! limits, the send — is the forward path's (`proxy::forward`).
+
+use http::HeaderMap;
+use serde_json::Value;
+
+use crate::policy::agent_policy::Policy;
+use crate::policy::contract::Contract;
+use crate::policy::{Snapshot, ToolId};
+use crate::proxy::decide::{decide, RequestView};
+use crate::proxy::gate::Gate;
+use crate::proxy::stage::authorize;
+use crate::proxy::stage::validate::Arguments;
+use crate::vocab::{Agent, Args, Code, Decision, Reject};
+
+/// A classified call, as the gate is asked to decide it.
+pub struct Proposal<'a> {
+    pub tool: ToolId,
+    pub args: Args,
+    pub agent: &'a Agent,
+    /// The HTTP request it came in, for rules reading `request` and the task token.
+    pub method: &'a str,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    pub session: Option<&'a str>,
+}
+
+/// A call the gate lets run.
+pub struct Verdict<'s> {
+    pub contract: &'s Contract,
+    pub policy: &'s Policy,
+    /// Validated with defaults filled; unchecked when a shadow policy overrode a refusal.
+    pub args: Arguments,
+    /// `Allow`, or `ShadowDeny` with the refusal it overrode.
+    pub decision: Decision,
+    pub shadowed: Option<Reject>,
+    /// The arguments as the audit record keeps them (`captureArguments`), redacted.
+    pub captured: Option<Value>,
+}
+
+/// Decides a call; `Err` is the refusal to answer with, and nothing may be forwarded.
+pub fn govern<'s>(
+    gate: &Gate,
+    snapshot: &'s Snapshot,
+    proposal: Proposal<'_>,
+) -> Result<Verdict<'s>, Reject> {
+    let contract = snapshot.contract(proposal.tool);
+    // A disabled or ungoverned agent is refused even in shadow mode.
+    let policy = authorize::policy(snapshot, &proposal.agent.id)?;
+    let view = RequestView {
+        method: proposal.method,
+        path: proposal.path,
+        headers: proposal.headers,
+        session: proposal.session,
+    };
+    // Kept only where a shadow policy may forward the call unvalidated.
+    let raw_args = policy.shadow.then(|| proposal.args.clone());
+    let decided = decide(
+        &gate.ledger,
+        policy,
+        proposal.agent,
+        contract,
+        proposal.args,
+        &view,
+        gate.identity.tasks.as_ref(),
+    );
+    let (args, decision, shadowed) = match decided {
+        Ok(args) => (args, Decision::Allow, None),
+        Err(reject) if policy.shadow => {
+            tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, code = %reject.code, "shadow policy would deny; forwarding");
+            let args = Arguments::unchecked(raw_args.unwrap_or_default());
+            (args, Decision::ShadowDeny, Some(reject))
+        }
+        Err(reject) => return Err(reject),
+    };
+    let captured = contract.capture_arguments.then(|| {
+        let mut captured = args.value().clone();
+        contract.redact.iter().for_each(|r| r.apply(&mut captured));
+        captured
+    });
+    if gate.audit.refuses_calls() {
+        return Err(Reject::new(
+            Code::AuditUnavailable,
+            "the audit log can't be written, so no call may run",
+        ));
+    }
+    Ok(Verdict {
+        contract,
+        policy,
+        args,
+        decision,
+        shadowed,
+        captured,
+    })
+}

@@ -1,0 +1,141 @@
+//! A REST tool call: the request's method and path name the tool (a contract's `http`
+//! binding), path + query + JSON body are its arguments.
+//!
+//! ```text
+//! snapshot → read body → classify → identify → govern → forward → respond (shape)
+//! ```
+//!
+//! Deciding is the governing core's (`proxy::govern`) and sending the forward path's
+//! (`proxy::forward`), the same ones MCP `tools/call` uses; what is REST's own is how a
+//! request becomes a call ([`classify`]) and how the backend's answer goes back
+//! ([`respond`]).
+
+pub mod classify;
+pub mod respond;
+
+use http::request::Parts;
+use http::Response;
+use hyper::body::Incoming;
+use std::sync::Arc;
+
+use crate::limits::Call;
+use crate::proxy::body::{read_body, Body};
+use crate::proxy::exchange::{send_buffered, MAX_BUFFERED_BYTES};
+use crate::proxy::forward::{forward, Plan, Sent, Stopped};
+use crate::proxy::gate::Gate;
+use crate::proxy::govern::{govern, Proposal};
+use crate::proxy::outcome::Outcome;
+use crate::proxy::stage::identify::identify;
+use crate::tls::PeerIdentity;
+use crate::vocab::{Code, Reject};
+use classify::classify;
+
+/// One REST request; `session` and `idempotency_key` are its headers, already checked.
+pub async fn handle(
+    gate: &Arc<Gate>,
+    parts: Parts,
+    body: Incoming,
+    session: Option<String>,
+    idempotency_key: Option<String>,
+    outcome: &mut Outcome,
+) -> Result<Response<Body>, Reject> {
+    // Fail closed: without a snapshot nothing is known to be allowed.
+    let snapshot = gate
+        .snapshots
+        .load()
+        .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
+    outcome.under_policy(Some(snapshot.version));
+
+    let body = read_body(gate, &parts.headers, body).await?;
+    // The audit digest and a session's fingerprint read every call's arguments.
+    let reads_args = outcome.audited() || session.is_some();
+    let call = classify(
+        &snapshot,
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &body,
+        reads_args,
+    )?;
+    outcome.proposed(&snapshot.contract(call.tool).tool, &call.args);
+    let agent = identify(
+        &gate.identity,
+        &parts.headers,
+        parts.extensions.get::<PeerIdentity>(),
+    )?;
+    outcome.identified(&agent.id);
+    let verdict = govern(
+        gate,
+        &snapshot,
+        Proposal {
+            tool: call.tool,
+            args: call.args,
+            agent: &agent,
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            headers: &parts.headers,
+            session: session.as_deref(),
+        },
+    )?;
+    outcome.governed(&verdict);
+    let contract = verdict.contract;
+    let limited = Call::new(
+        &agent.id,
+        session.as_deref(),
+        &contract.tool,
+        verdict.args.args(),
+        idempotency_key.as_deref(),
+    );
+    // The backend runs what was checked: filled defaults travel with the call.
+    let body = if call.json_body && verdict.args.filled {
+        respond::with_defaults(verdict.args.value(), &call.url_keys)
+    } else {
+        body
+    };
+    let mut exchange =
+        respond::exchange(&parts, body, &agent.id, session.as_deref(), &contract.tool);
+    let route = contract
+        .http
+        .as_ref()
+        .map_or(exchange.path_and_query.as_str(), |(_, t)| t.as_str());
+    let span_name = format!("{} {route}", exchange.method);
+    let span = gate
+        .tracing
+        .start_client(outcome.span(), span_name, &mut exchange.headers);
+    let plan = Plan {
+        contract,
+        policy: verdict.policy,
+        call: &limited,
+        exchange,
+        span,
+        retry: true,
+    };
+    // An at-most-once answer is kept whole for its duplicates, and kept small.
+    let buffer = |upstream, exchange, window, max: usize| {
+        send_buffered(upstream, exchange, window, max.min(MAX_BUFFERED_BYTES))
+    };
+    let forwarded = match forward(gate, plan, buffer).await {
+        Ok(forwarded) => forwarded,
+        Err(Stopped::Denied(reject)) => {
+            outcome.denied(&reject);
+            return Err(reject);
+        }
+        Err(Stopped::Failed(reject)) => return Err(reject),
+    };
+    if let Some(reject) = &forwarded.shadowed {
+        outcome.shadowed(reject);
+    }
+    match forwarded.sent {
+        Sent::Live { response, sent } => {
+            outcome.answered(response.status().as_u16());
+            respond::streamed(gate, contract, response, sent).await
+        }
+        Sent::Settled { settled, replayed } => {
+            outcome.replayed(replayed);
+            if let Some(status) = respond::status_of(&settled) {
+                outcome.answered(status);
+            }
+            respond::buffered(contract, &settled)
+        }
+    }
+}
