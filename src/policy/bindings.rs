@@ -18,7 +18,23 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 thread_local! {
-    static ROOT: Context<'static, 'static> = Context::default();
+    static ROOT: Context<'static, 'static> = root();
+}
+
+/// CEL's standard library, plus `max` and `min`: the crate implements them but leaves
+/// them out of its default context, and `rule::FUNCTIONS` admits them, so without this
+/// a rule using them passed `toolgate check` and then denied every call.
+fn root() -> Context<'static, 'static> {
+    let mut context = Context::default();
+    for (name, function) in [
+        ("max", cel::functions::max as fn(_) -> _),
+        ("min", cel::functions::min as fn(_) -> _),
+    ] {
+        if let Err(e) = context.add_function(name, function) {
+            tracing::error!(function = name, error = ?e, "CEL function not registered");
+        }
+    }
+    context
 }
 
 /// Which variables an expression reads; for a grant, what its rules read together.

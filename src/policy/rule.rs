@@ -278,6 +278,16 @@ mod tests {
     }
 
     #[test]
+    fn every_admitted_function_evaluates() {
+        let r = CompiledRule::compile(&mk_rule(
+            "max(args.a, args.b) == 7 && min(args.a, args.b) == 3 && max(args.xs) == 9",
+        ))
+        .unwrap();
+        let args = json!({"a": 3, "b": 7, "xs": [1, 9, 4]});
+        assert_eq!(r.evaluate(&mk_bindings(args, None)), Ok(()));
+    }
+
+    #[test]
     fn syntax_error_and_unknown_variable_fail_to_compile() {
         assert!(CompiledRule::compile(&mk_rule("args.n <= "))
             .unwrap_err()
