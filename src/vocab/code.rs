@@ -187,7 +187,9 @@ impl Code {
             }
             Code::RateLimited => "the agent's or the grant's `rateLimit` is spent",
             Code::BudgetExhausted => "the session's `maxCalls` is reached",
-            Code::LoopDetected => "the same call came `maxRepeats` times in a row in a session",
+            Code::LoopDetected => {
+                "the session already ran this identical call `maxRepeats` times in a row"
+            }
             Code::ApprovalRequired => "a person must approve the call first",
             Code::BackendTimeout => "the backend did not answer within the contract's `timeoutMs`",
             Code::BackendUnavailable => {
