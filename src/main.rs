@@ -1,4 +1,4 @@
-//! The `toolgate` command line (DESIGN §1).
+//! The `toolgate` command line (README, "The two commands" and "Running the sidecar").
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -9,7 +9,7 @@ use toolgate::config::Settings;
 use toolgate::sidecar::Sidecar;
 
 /// Requests allocate and free small buffers on one worker and drop them on another;
-/// mimalloc's per-thread heaps take that without glibc's arena locks (BENCHMARKS.md).
+/// mimalloc's per-thread heaps take that without glibc's arena locks (docs/bench-history.md, item 8).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -1,4 +1,4 @@
-//! The audit chain's key (`audit.keyFile`, DESIGN §11) and the hash every line is
+//! The audit chain's key (`audit.keyFile`; docs/observability.md, "The audit log") and the hash every line is
 //! sealed with: SHA-256 without a key, HMAC-SHA256 with one.
 //!
 //! With a key, whoever can write the log but does not hold the key cannot rebuild a

@@ -1,4 +1,4 @@
-//! The audit log: one hash-chained JSON line per decision (DESIGN §6), keyed with
+//! The audit log: one hash-chained JSON line per decision (docs/observability.md), keyed with
 //! `audit.keyFile`, opened by a `start` record and marked by a `policy` record for each
 //! published policy version (§11).
 //!

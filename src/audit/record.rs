@@ -1,4 +1,4 @@
-//! Audit records (DESIGN §6, §11) and their place in the hash chain.
+//! Audit records (docs/observability.md, "The audit log") and their place in the hash chain.
 //!
 //! A line is the record's JSON with `hash` last: `hash` = SHA-256 (HMAC-SHA256 with
 //! `audit.keyFile`) over the previous line's hash, a newline, and this line's JSON up to
@@ -36,7 +36,7 @@ pub struct Entry {
 }
 
 /// A record the writer chains: a decision, or one of the records that say what the
-/// sidecar was doing when it decided (DESIGN §11).
+/// sidecar was doing when it decided.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     /// A decision (`"kind":"call"`; a line without `kind` is one too, as older logs are).

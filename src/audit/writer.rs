@@ -28,7 +28,7 @@ const RETRY: Duration = Duration::from_secs(1);
 /// by at most this much, and a busy sidecar writes (and wakes a blocking thread) a few
 /// hundred times a second rather than once every few calls. A flush doesn't wait for it.
 /// 10 ms cut a call's context switches at 1,000 calls/s but cost full calls ~10% of
-/// their requests/s at saturation (BENCHMARKS.md, eighth round), so it stays short.
+/// their requests/s at saturation (docs/bench-history.md, eighth round), so it stays short.
 const LINGER: Duration = Duration::from_millis(2);
 
 enum Msg {

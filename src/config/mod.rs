@@ -1,4 +1,4 @@
-//! The sidecar's settings (`toolgate.yaml`, DESIGN §5).
+//! The sidecar's settings (`toolgate.yaml`; README "Running the sidecar").
 //!
 //! camelCase keys, unknown keys rejected with their path, and every key overridable by a
 //! `TOOLGATE_*` variable (see [`env`]). Settings are read once at start; policies, tokens
@@ -255,7 +255,7 @@ impl Default for Limits {
             max_sessions: 50_000,
             session_idle_seconds: 3600,
             // Room for one result of `max_response_bytes` (8 MiB) and ~4,000 small ones, or
-            // ~13,000 small ones, within the sidecar's 60 MB under load (BENCHMARKS.md).
+            // ~13,000 small ones, within the sidecar's 60 MB under load (docs/bench-history.md, item 16).
             dedupe_max_bytes: 12 << 20,
         }
     }

@@ -1,4 +1,4 @@
-//! The policy resources of DESIGN §2 as plain data: `ToolContract` and `AgentPolicy`.
+//! The policy resources (docs/policies.md) as plain data: `ToolContract` and `AgentPolicy`.
 //!
 //! These types are the one shape every source (files and the cluster) translates into.
 //! They only describe; nothing here compiles or checks semantics — that is

@@ -27,7 +27,7 @@ pub const INJECTED_ANNOTATION: &str = "toolgate.dev/injected";
 
 /// The injected container's name, and the marker of an injected pod.
 pub const CONTAINER_NAME: &str = "toolgate";
-/// Agent traffic and admin (probes, metrics) ports, as in DESIGN §1.
+/// Agent traffic and admin (probes, metrics) ports, the sidecar's defaults.
 pub const AGENT_PORT: i32 = 15100;
 pub const ADMIN_PORT: i32 = 15101;
 /// The webhook's default port.

@@ -1,4 +1,4 @@
-//! The injector's settings file (DESIGN §5): where it listens, its TLS files, and what
+//! The injector's settings file (docs/install.md): where it listens, its TLS files, and what
 //! sidecar it adds.
 //!
 //! Like the sidecar's settings: camelCase keys, unknown keys rejected with their path,
@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::sidecar;
 use crate::config::env::{self, Kind};
 use crate::config::file;
 use crate::config::SettingsError;
@@ -43,11 +42,11 @@ pub struct SidecarSettings {
     /// sidecar watches the cluster's `ToolContract`/`AgentPolicy` objects instead.
     pub policies_config_map: Option<String>,
     /// A Secret in the pod's namespace whose item `key` is the audit chain's key
-    /// (DESIGN §11), mounted into the sidecar alone and named by its `audit.keyFile`;
-    /// unset, the chain is plain SHA-256. An extension of DESIGN §5.
+    /// (the keyed audit chain), mounted into the sidecar alone and named by its `audit.keyFile`;
+    /// unset, the chain is plain SHA-256.
     pub audit_key_secret: Option<String>,
     /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
-    /// top of what the injector sets per pod. An extension of DESIGN §5.
+    /// top of what the injector sets per pod.
     pub env: BTreeMap<String, String>,
 }
 
@@ -208,7 +207,7 @@ impl SidecarSettings {
             if !valid {
                 return Err((format!("sidecar.env.{name}"), "not a variable name".into()));
             }
-            if sidecar::reserved(self, name) {
+            if self.reserves(name) {
                 return Err((
                     format!("sidecar.env.{name}"),
                     "the injector sets this variable per pod; remove it here".into(),
@@ -253,6 +252,30 @@ pub fn is_dns_subdomain(name: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
+}
+
+/// The variable that sets the sidecar's `audit.keyFile`.
+pub const AUDIT_KEY_ENV: &str = "TOOLGATE_AUDIT_KEY_FILE";
+
+/// Variables the injector always sets itself; `sidecar.env` may not set them (see
+/// [`SidecarSettings::reserves`] for those it sets only with some settings).
+pub const RESERVED_ENV: &[&str] = &[
+    "TOOLGATE_LISTEN",
+    "TOOLGATE_ADMIN",
+    "TOOLGATE_UPSTREAM",
+    "TOOLGATE_POLICIES_FILES",
+    "TOOLGATE_POLICIES_KUBERNETES_ENABLED",
+    "TOOLGATE_POLICIES_KUBERNETES_NAMESPACE",
+    "TOOLGATE_POLICIES_KUBERNETES_POD_LABELS_FILE",
+];
+
+impl SidecarSettings {
+    /// Whether the injector sets `name` itself with these settings, so `sidecar.env` may
+    /// not: its value, listed after the injector's, would silently win. The audit key's
+    /// variable is free when no Secret is named, so a key can still come from elsewhere.
+    pub fn reserves(&self, name: &str) -> bool {
+        RESERVED_ENV.contains(&name) || (name == AUDIT_KEY_ENV && self.audit_key_secret.is_some())
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
-use super::settings::SidecarSettings;
+use super::settings::{SidecarSettings, AUDIT_KEY_ENV};
 use super::{ADMIN_PORT, AGENT_PORT, CONTAINER_NAME, UID};
 
 pub const PODINFO_VOLUME: &str = "toolgate-podinfo";
@@ -42,30 +42,9 @@ const AUDIT_KEY_DIR: &str = "/etc/toolgate/audit-key";
 pub const AUDIT_KEY_ITEM: &str = "key";
 /// Where the sidecar's `audit.keyFile` points: the Secret's item, as a file.
 pub const AUDIT_KEY_FILE: &str = "/etc/toolgate/audit-key/key";
-/// The variable that sets the sidecar's `audit.keyFile`.
-pub const AUDIT_KEY_ENV: &str = "TOOLGATE_AUDIT_KEY_FILE";
 /// Short-lived token; the kubelet refreshes the file and kube-rs re-reads it. 3607 s is
 /// the kubelet's own default for `kube-api-access-*` volumes.
 const TOKEN_SECONDS: i64 = 3607;
-
-/// Variables the injector always sets itself; `sidecar.env` may not set them (see
-/// [`reserved`] for those it sets only with some settings).
-pub const RESERVED_ENV: &[&str] = &[
-    "TOOLGATE_LISTEN",
-    "TOOLGATE_ADMIN",
-    "TOOLGATE_UPSTREAM",
-    "TOOLGATE_POLICIES_FILES",
-    "TOOLGATE_POLICIES_KUBERNETES_ENABLED",
-    "TOOLGATE_POLICIES_KUBERNETES_NAMESPACE",
-    "TOOLGATE_POLICIES_KUBERNETES_POD_LABELS_FILE",
-];
-
-/// Whether the injector sets `name` itself with these settings, so `sidecar.env` may not:
-/// its value, listed after the injector's, would silently win. The audit key's variable
-/// is free when no Secret is named, so a key can still come from elsewhere.
-pub fn reserved(settings: &SidecarSettings, name: &str) -> bool {
-    RESERVED_ENV.contains(&name) || (name == AUDIT_KEY_ENV && settings.audit_key_secret.is_some())
-}
 
 /// What the sidecar needs to know about its pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

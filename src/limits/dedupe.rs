@@ -43,7 +43,7 @@ use crate::vocab::{Code, Reject};
 /// headers) peak resident memory was 14.2 MB higher at a 12 MiB table than at 4 MiB, 923
 /// bytes per flight of the difference, where 448 had been charged
 /// (`examples/limits_memory.rs`, one thread, the system allocator: 362). Charged what
-/// they cost, flights keep `limits.dedupeMaxBytes` a bound on memory (BENCHMARKS.md).
+/// they cost, flights keep `limits.dedupeMaxBytes` a bound on memory (docs/bench-history.md, item 16).
 pub const FLIGHT_OVERHEAD: usize = 832;
 /// The least share of `max_bytes` a table shard is given: room for many flights.
 const MIN_SHARD_BYTES: u64 = 64 * 1024;

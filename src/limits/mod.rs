@@ -1,5 +1,5 @@
 //! The limits every call meets besides its policy's rules: rate limits, session budgets,
-//! loop detection, and never executing a non-idempotent call twice (DESIGN §2–§4, §7).
+//! loop detection, and never executing a non-idempotent call twice (docs/policies.md, README "Limits and never-twice").
 //!
 //! All of it is state kept *between* requests, so it lives here in one [`Ledger`] owned
 //! by the gate, outside the policy snapshot: a policy reload doesn't reset counters (a

@@ -18,7 +18,7 @@
 //!
 //! Why not moka (used here before): on every call of an `idempotent: false` tool its
 //! concurrent hash table, read/write logs and housekeeping cost ~4 µs for a claim and a
-//! settle, ~11% of a loaded sidecar's CPU on the MCP benchmark (BENCHMARKS.md). Here an
+//! settle, ~11% of a loaded sidecar's CPU on the MCP benchmark (docs/bench-history.md, third round). Here an
 //! operation is one short critical section on one of up to 16 shards; nothing runs in the
 //! background, and the binary carries no cache crate's code.
 //!

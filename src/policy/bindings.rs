@@ -1,4 +1,4 @@
-//! What CEL rules see: the five variables of DESIGN §2 for one call, and only those the
+//! What CEL rules see: the five variables of docs/policies.md §5.2 for one call, and only those the
 //! grant's rules read (a grant whose rules never mention `request` doesn't pay for
 //! copying the headers).
 //!

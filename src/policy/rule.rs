@@ -7,7 +7,7 @@
 //! ([`super::parser`]), so even a hostile expression is rejected rather than crashing
 //! the process.
 //! Evaluation is then linear in the size of the validated arguments, which
-//! `limits.maxBodyBytes` bounds. Only the five variables of DESIGN §2 and the functions in
+//! `limits.maxBodyBytes` bounds. Only the five variables (docs/policies.md §5.2) and the functions in
 //! [`FUNCTIONS`] may be used; anything else is a compile error, not a runtime surprise.
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};

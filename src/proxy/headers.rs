@@ -1,4 +1,4 @@
-//! Header names of DESIGN §3 and the filtering of what crosses the gateway.
+//! Header names (README, "Running the sidecar") and the filtering of what crosses the gateway.
 //!
 //! Inbound `X-Toolgate-*` headers are dropped before anything else reads them, so an agent
 //! can't claim a decision, an identity or a session it doesn't have; the credential and

@@ -7,7 +7,7 @@
 //! treats such a task as one that yielded: it goes to the back of the run queue and an
 //! idle worker is woken to come and steal it. At 1,000 requests/s that was a futex wake,
 //! a wake-up and a park on the other core and a second, empty poll of the connection per
-//! call (BENCHMARKS.md, item 17); the bare proxy, whose body is read by the client
+//! call (docs/bench-history.md, item 17); the bare proxy, whose body is read by the client
 //! connection's task, never pays it.
 //!
 //! [`inline_wakes`] gives the connection a waker of its own. A wake from the thread that

@@ -190,7 +190,7 @@ impl Outcome {
         self.tool.as_deref()
     }
 
-    /// Span attributes of DESIGN §6; never argument values.
+    /// Span attributes (docs/observability.md); never argument values.
     fn span_attributes(&self) -> Vec<KeyValue> {
         let mut attributes = vec![KeyValue::new("toolgate.decision", self.decision.as_str())];
         let optional = [

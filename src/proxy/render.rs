@@ -3,7 +3,7 @@
 use crate::proxy::body::{full, Body};
 use crate::vocab::Reject;
 
-/// Renders a refusal as the REST response of DESIGN §4 (the MCP rendering lives in
+/// Renders a refusal as the REST response of docs/errors.md (the MCP rendering lives in
 /// `proxy::mcp::reply`, built from the same [`Reject::body`]).
 pub fn into_response(reject: &Reject, trace_id: &str) -> http::Response<Body> {
     let body = serde_json::to_vec(&reject.body(trace_id)).unwrap_or_default();

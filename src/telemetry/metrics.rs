@@ -1,4 +1,4 @@
-//! Prometheus metrics of DESIGN §6, served on the admin `/metrics`.
+//! Prometheus metrics (docs/observability.md), served on the admin `/metrics`.
 //!
 //! Labels are bounded by construction: `tool` is a contract's tool name or `-` for calls
 //! that matched none (an agent can't mint label values), `decision` and `code` come from

@@ -28,7 +28,7 @@ impl Recovery {
     }
 }
 
-/// Every refusal code of DESIGN §4.
+/// Every refusal code (`docs/errors.md` is generated from this table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Code {
     MalformedRequest,
@@ -85,7 +85,7 @@ impl Code {
         match self {
             Code::MalformedRequest => "MALFORMED_REQUEST",
             Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
-            // Not a row of DESIGN §4's table: the 431 the issue asks for needs a code too.
+            // The 431 for too many headers needs a code of its own.
             Code::HeadersTooLarge => "HEADERS_TOO_LARGE",
             Code::Unauthenticated => "UNAUTHENTICATED",
             Code::UnknownTool => "UNKNOWN_TOOL",

@@ -83,7 +83,7 @@ impl Reject {
         self.recovery.unwrap_or_else(|| self.code.recovery())
     }
 
-    /// The body of DESIGN §4, the same for REST and MCP.
+    /// The error body of `docs/errors.md`, the same for REST and MCP.
     pub fn body(&self, trace_id: &str) -> Value {
         json!({
             "status": "error",

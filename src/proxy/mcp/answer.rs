@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::jsonrpc::{answer_in, is_response};
 use super::sse::{Event, Parser};
 use crate::proxy::body::{read_limited, Body, BoxError, ReadError};
+use crate::vocab::{Code, Reject};
 
 /// Why the response could not be delivered as it came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,5 +331,28 @@ async fn collect_sse(
                 }
             }
         }
+    }
+}
+
+/// The refusal for the answer to a passed message (a listing, a granted method) that
+/// toolgate could not read.
+pub fn unread_reject(failure: Failure) -> Reject {
+    match failure {
+        Failure::TimedOut => Reject::new(
+            Code::BackendTimeout,
+            "the backend did not list its tools in time",
+        ),
+        Failure::Broken => Reject::new(
+            Code::BackendUnavailable,
+            "the backend connection broke before its answer arrived",
+        ),
+        Failure::TooLarge(n) => Reject::new(
+            Code::BackendError,
+            format!("the backend's answer is larger than {n} bytes"),
+        ),
+        Failure::NotAnAnswer => Reject::new(
+            Code::BackendError,
+            "the backend's answer is not a JSON-RPC response",
+        ),
     }
 }

@@ -17,7 +17,6 @@ use serde_json::Value;
 
 use super::answer;
 use super::jsonrpc::Message;
-use super::listing;
 use super::reply::{Refusal, INTERNAL_ERROR};
 use super::{modern, Exchange};
 use crate::proxy::body::Body;
@@ -187,7 +186,7 @@ pub async fn collect(
             Some((_, bytes)) => Ok(answer::with_id(&bytes, &id)),
             None => {
                 let reject = status_reject(status)
-                    .unwrap_or_else(|| listing::failure_reject_of(answer::Failure::NotAnAnswer));
+                    .unwrap_or_else(|| answer::unread_reject(answer::Failure::NotAnAnswer));
                 Err(Refusal::error(INTERNAL_ERROR, reject))
             }
         };
@@ -195,7 +194,7 @@ pub async fn collect(
     let deadline = tokio::time::Instant::now() + timeout;
     answer::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, listing::failure_reject_of(f)))
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, answer::unread_reject(f)))
 }
 
 /// Forwards a notification or response of a batch; nothing answers it.

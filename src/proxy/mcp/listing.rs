@@ -9,7 +9,7 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
+use super::answer::{self, rewrite_sse, shape_of, unread_reject, Failure, Rewrite, Shape};
 use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
 use super::list;
@@ -77,7 +77,7 @@ pub async fn single(
             Response::from_parts(parts, full(bytes))
         }
         Shape::Other => {
-            let reject = failure_reject_of(Failure::NotAnAnswer);
+            let reject = unread_reject(Failure::NotAnAnswer);
             ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id)
         }
     }
@@ -101,28 +101,6 @@ fn not_ready() -> Refusal {
         INTERNAL_ERROR,
         Reject::new(Code::NotReady, "no policy is loaded yet"),
     )
-}
-
-/// The refusal for a listing toolgate could not read.
-pub fn failure_reject_of(failure: Failure) -> Reject {
-    match failure {
-        Failure::TimedOut => Reject::new(
-            Code::BackendTimeout,
-            "the backend did not list its tools in time",
-        ),
-        Failure::Broken => Reject::new(
-            Code::BackendUnavailable,
-            "the backend connection broke before its answer arrived",
-        ),
-        Failure::TooLarge(n) => Reject::new(
-            Code::BackendError,
-            format!("the backend's answer is larger than {n} bytes"),
-        ),
-        Failure::NotAnAnswer => Reject::new(
-            Code::BackendError,
-            "the backend's answer is not a JSON-RPC response",
-        ),
-    }
 }
 
 struct ListRewrite {
@@ -158,7 +136,7 @@ impl Rewrite for ListRewrite {
     }
 
     fn failed(&mut self, failure: Failure) -> Value {
-        Refusal::error(INTERNAL_ERROR, failure_reject_of(failure)).message(
+        Refusal::error(INTERNAL_ERROR, unread_reject(failure)).message(
             &self.id,
             &self.trace_id,
             self.modern,

@@ -1,4 +1,4 @@
-//! MCP over Streamable HTTP on `mcp.path` (DESIGN §3): the dispatch of one HTTP request.
+//! MCP over Streamable HTTP on `mcp.path` (README, "MCP"): the dispatch of one HTTP request.
 //!
 //! ```text
 //! identify → POST: read body → parse (message | batch) → session owner → per message:

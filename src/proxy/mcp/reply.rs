@@ -1,4 +1,4 @@
-//! The MCP rendering of the error contract (DESIGN §4): a [`Reject`] becomes a JSON-RPC
+//! The MCP rendering of the error contract (docs/errors.md): a [`Reject`] becomes a JSON-RPC
 //! answer built from the same [`Reject::body`] that REST sends.
 //!
 //! - `UNKNOWN_TOOL` → error `-32602`, the body in `error.data`;
@@ -45,7 +45,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// The DESIGN §4 form of a refused tool call.
+    /// The form of a refused tool call (docs/errors.md, "MCP").
     pub fn of_call(reject: Reject) -> Refusal {
         let form = match reject.code {
             Code::UnknownTool => Form::Error(INVALID_PARAMS),
