@@ -19,6 +19,7 @@ use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
 use crate::policy::BuildOptions;
+use crate::proxy::mcp::origin::Guard;
 use crate::proxy::server::{serve, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
@@ -120,6 +121,9 @@ impl Sidecar {
                 .context("telemetry")?,
             limits: settings.limits.clone(),
             mcp_path: settings.mcp.path.clone(),
+            mcp_origins: Guard::new(&settings.mcp.allowed_origins, &settings.mcp.allowed_hosts)
+                .map_err(anyhow::Error::msg)
+                .context("mcp")?,
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
             mcp_sessions: Default::default(),
             stragglers: Default::default(),

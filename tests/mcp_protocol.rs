@@ -784,7 +784,16 @@ async fn routing_headers_of_2026_07_28_must_match_the_body() {
     )
     .await;
     assert_rpc_error(&r, 400, json!(3), -32020, "MALFORMED_REQUEST");
-    let named = |name| [modern[0], ("mcp-name", name)];
+    // Mcp-Method is required at 2026-07-28, as Mcp-Name is.
+    let r = post(
+        &h,
+        Some(OPS_TOKEN),
+        &[modern[0], modern[2]],
+        &call(json!(31), "read_logs", json!({})),
+    )
+    .await;
+    assert_rpc_error(&r, 400, json!(31), -32020, "MALFORMED_REQUEST");
+    let named = |name| [modern[0], modern[1], ("mcp-name", name)];
     let r = post(
         &h,
         Some(OPS_TOKEN),
@@ -849,4 +858,55 @@ async fn a_non_idempotent_tool_runs_once_for_concurrent_duplicates() {
         .filter(|s| s.body.to_string().contains("create_issue"))
         .count();
     assert_eq!(ran, 1, "the backend ran the call once");
+}
+
+/// DNS rebinding: a browser-borne request from a foreign origin (or, when pinned, to a
+/// foreign Host) is refused with 403 before anything is read or forwarded.
+#[tokio::test]
+async fn foreign_origins_and_hosts_are_refused_before_forwarding() {
+    let backend = McpBackend::start().await;
+    let h = start(&backend).await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let evil = [
+        ("host", "evil.example.com"),
+        ("origin", "http://evil.example.com"),
+    ];
+    let r = post(&h, Some(OPS_TOKEN), &evil, ping).await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "ORIGIN_NOT_ALLOWED", "{}", r.text);
+    assert_eq!(r.header("x-toolgate-code"), "ORIGIN_NOT_ALLOWED");
+    let r = post(&h, None, &evil, ping).await;
+    assert_eq!(r.status, 403, "refused before the credential is even read");
+    assert!(backend.posts().is_empty(), "nothing was forwarded");
+    let local = [("origin", "http://localhost:5173")];
+    let r = post(&h, Some(OPS_TOKEN), &local, ping).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = post(&h, Some(OPS_TOKEN), &[("host", "evil.example.com")], ping).await;
+    assert_eq!(
+        r.status, 200,
+        "no Origin, no pinned hosts: an agent, not a browser"
+    );
+    assert_eq!(backend.posts().len(), 2);
+
+    let pinned = Harness::start(
+        backend.addr,
+        Options {
+            policies: POLICIES.into(),
+            tweak: Box::new(|s| s.mcp.allowed_hosts = vec!["127.0.0.1:*".into()]),
+            ..Options::default()
+        },
+    )
+    .await;
+    let r = post(
+        &pinned,
+        Some(OPS_TOKEN),
+        &[("host", "evil.example.com")],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "ORIGIN_NOT_ALLOWED");
+    let r = post(&pinned, Some(OPS_TOKEN), &[], ping).await;
+    assert_eq!(r.status, 200, "the sidecar's own address: {}", r.text);
+    assert_eq!(backend.posts().len(), 3);
 }

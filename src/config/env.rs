@@ -23,6 +23,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("admin", Kind::Str),
     ("upstream", Kind::Str),
     ("mcp.path", Kind::Str),
+    ("mcp.allowedOrigins", Kind::List),
+    ("mcp.allowedHosts", Kind::List),
     ("policies.files", Kind::List),
     ("policies.allowShadow", Kind::Bool),
     ("policies.kubernetes.enabled", Kind::Bool),

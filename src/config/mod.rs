@@ -47,12 +47,19 @@ impl Default for Settings {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Mcp {
     pub path: String,
+    /// Origins a browser-borne request may come from (DNS-rebinding protection); a
+    /// request without `Origin` is unaffected. `scheme://host[:port]`, `*` for any port.
+    pub allowed_origins: Vec<String>,
+    /// When set, the only `Host` values accepted (`host[:port]`); empty: any.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for Mcp {
     fn default() -> Self {
         Mcp {
             path: "/mcp".into(),
+            allowed_origins: crate::proxy::mcp::origin::default_origins(),
+            allowed_hosts: Vec::new(),
         }
     }
 }

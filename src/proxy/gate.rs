@@ -21,6 +21,8 @@ pub struct Gate {
     pub tracing: Tracing,
     pub limits: Limits,
     pub mcp_path: String,
+    /// `mcp.allowedOrigins` / `mcp.allowedHosts`, checked before any MCP request is read.
+    pub mcp_origins: crate::proxy::mcp::origin::Guard,
     /// Rate-limit, session and dedupe state: outlives snapshots, bounded (`limits`).
     pub ledger: Ledger,
     /// Which agent each MCP session was issued to.

@@ -101,7 +101,9 @@ fn mcp_form(code: Code) -> String {
         // Refused while the HTTP request is read, before any message is: the size of the
         // body as a JSON-RPC error, the header count before MCP's dispatch, as REST.
         Code::PayloadTooLarge => return format!("HTTP {}, error `-32600`", code.status()),
-        Code::HeadersTooLarge => return format!("HTTP {}, the REST body", code.status()),
+        Code::HeadersTooLarge | Code::OriginNotAllowed => {
+            return format!("HTTP {}, the REST body", code.status())
+        }
         _ => {}
     }
     let refusal = Refusal::of_call(Reject::new(code, ""));

@@ -53,10 +53,11 @@ pub enum Code {
     OutputContractViolation,
     NotReady,
     AuditUnavailable,
+    OriginNotAllowed,
 }
 
 impl Code {
-    pub const ALL: [Code; 22] = [
+    pub const ALL: [Code; 23] = [
         Code::MalformedRequest,
         Code::PayloadTooLarge,
         Code::HeadersTooLarge,
@@ -79,6 +80,7 @@ impl Code {
         Code::OutputContractViolation,
         Code::NotReady,
         Code::AuditUnavailable,
+        Code::OriginNotAllowed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -106,6 +108,7 @@ impl Code {
             Code::OutputContractViolation => "OUTPUT_CONTRACT_VIOLATION",
             Code::NotReady => "NOT_READY",
             Code::AuditUnavailable => "AUDIT_UNAVAILABLE",
+            Code::OriginNotAllowed => "ORIGIN_NOT_ALLOWED",
         }
     }
 
@@ -118,7 +121,7 @@ impl Code {
             Code::HeadersTooLarge => 431,
             Code::Unauthenticated => 401,
             Code::UnknownTool => 404,
-            Code::AgentDisabled | Code::ToolNotAllowed => 403,
+            Code::AgentDisabled | Code::ToolNotAllowed | Code::OriginNotAllowed => 403,
             Code::MissingArgument | Code::InvalidArguments => 422,
             Code::PolicyDenied | Code::OutOfTaskScope => 403,
             Code::RateLimited | Code::BudgetExhausted => 429,
@@ -204,6 +207,10 @@ impl Code {
             Code::NotReady => "no policy snapshot is loaded yet (fail closed)",
             Code::AuditUnavailable => {
                 "the audit log can't be written (`audit.onFailure: fail_closed`)"
+            }
+            Code::OriginNotAllowed => {
+                "an MCP request's `Origin` is not in `mcp.allowedOrigins`, or its `Host` not in \
+                 `mcp.allowedHosts` (DNS-rebinding protection); nothing is forwarded"
             }
         }
     }

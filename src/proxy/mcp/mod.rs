@@ -26,6 +26,7 @@ pub mod list;
 pub mod listing;
 pub mod modern;
 pub mod once;
+pub mod origin;
 pub mod reply;
 pub mod session;
 pub mod sse;
@@ -72,6 +73,8 @@ pub async fn handle(
     session: Option<String>,
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Reject> {
+    // Before anything is read or forwarded: a browser-borne request from a foreign origin.
+    gate.mcp_origins.check(&parts)?;
     let modern = modern::is_modern(&parts.headers);
     let agent = match identify(
         &gate.identity,

@@ -6,8 +6,8 @@
 //! toolgate governs by the body, so a header that disagrees with it would let whatever
 //! routes on headers see a different call than the one toolgate checked: such a request
 //! is `MALFORMED_REQUEST` (`-32020`, the revision's header-mismatch code) and is never
-//! forwarded. Headers are only compared when present, except `Mcp-Name`, which a
-//! 2026-07-28 request must carry for the methods that name something.
+//! forwarded. A 2026-07-28 request must carry `Mcp-Method`, and `Mcp-Name` for the
+//! methods that name something; older revisions' headers are compared when present.
 
 use http::HeaderMap;
 
@@ -55,12 +55,18 @@ pub fn check_headers(headers: &HeaderMap, message: &Message, modern: bool) -> Re
         }
     }
     let method = message.method.as_deref().unwrap_or_default();
-    if let Some(value) = headers.get(METHOD) {
-        if value.to_str().ok() != Some(method) {
+    match headers.get(METHOD) {
+        Some(value) if value.to_str().ok() != Some(method) => {
             return Err(mismatch(format!(
                 "{METHOD} header does not match the body's method"
             )));
         }
+        // From 2026-07-28 every request and notification names its method in the header,
+        // as it names its tool or resource in Mcp-Name; a response has no method.
+        None if modern && message.method.is_some() => {
+            return Err(mismatch(format!("{METHOD} header is missing")));
+        }
+        _ => {}
     }
     let Some(field) = named_param(method) else {
         return Ok(());
@@ -170,6 +176,20 @@ mod tests {
     }
 
     #[test]
+    fn method_header_is_required_from_2026_07_28() {
+        let no_method = mk_headers(&[(NAME, "x")]);
+        let e = check_headers(&no_method, &mk_call("x"), true).unwrap_err();
+        assert_eq!(
+            e.form,
+            crate::proxy::mcp::reply::Form::Error(HEADER_MISMATCH)
+        );
+        assert_eq!(e.status(true), http::StatusCode::BAD_REQUEST);
+        assert!(check_headers(&no_method, &mk_call("x"), false).is_ok());
+        let response = message(json!({"jsonrpc": "2.0", "id": 7, "result": {}})).unwrap();
+        assert!(check_headers(&HeaderMap::new(), &response, true).is_ok());
+    }
+
+    #[test]
     fn wrapped_names_are_decoded() {
         assert_eq!(
             decode_header_value("=?base64?w6l0w6k=?=").as_deref(),
@@ -182,7 +202,7 @@ mod tests {
             "stray bits"
         );
         assert_eq!(decode_header_value("=?base64?abc?="), None);
-        let h = mk_headers(&[(NAME, "=?base64?w6l0w6k=?=")]);
+        let h = mk_headers(&[(METHOD, "tools/call"), (NAME, "=?base64?w6l0w6k=?=")]);
         assert!(check_headers(&h, &mk_call("été"), true).is_ok());
     }
 }
