@@ -141,55 +141,7 @@ fn assert_no_internals(text: &str, backend: &FaultBackend) {
 // 1. Backend faults
 
 /// The tools of the backend-fault tests: each fault answers within `timeoutMs` (400 ms).
-const FAULT_POLICIES: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: fetch}
-spec:
-  tool: fetch
-  http: {method: GET, path: "/fetch/{id}"}
-  output: {type: object, properties: {lines: {type: array}}}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: stream}
-spec:
-  tool: stream
-  http: {method: GET, path: /stream}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: submit}
-spec:
-  tool: submit
-  http: {method: POST, path: /submit}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: mcp-read}
-spec:
-  tool: mcp_read
-  idempotent: true
-  output: {type: object, properties: {lines: {type: array}}}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: mcp-write}
-spec:
-  tool: mcp_write
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: fetch}, {name: stream}, {name: submit}, {name: mcp_read}, {name: mcp_write}]
-"#;
+const FAULT_POLICIES: &str = include_str!("fixtures/policies/fault-backend.yaml");
 
 const TIMEOUT: Duration = Duration::from_millis(400);
 /// A faulty call is answered within its tool's timeout plus this: scheduling on a busy
