@@ -141,55 +141,7 @@ fn assert_no_internals(text: &str, backend: &FaultBackend) {
 // 1. Backend faults
 
 /// The tools of the backend-fault tests: each fault answers within `timeoutMs` (400 ms).
-const FAULT_POLICIES: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: fetch}
-spec:
-  tool: fetch
-  http: {method: GET, path: "/fetch/{id}"}
-  output: {type: object, properties: {lines: {type: array}}}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: stream}
-spec:
-  tool: stream
-  http: {method: GET, path: /stream}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: submit}
-spec:
-  tool: submit
-  http: {method: POST, path: /submit}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: mcp-read}
-spec:
-  tool: mcp_read
-  idempotent: true
-  output: {type: object, properties: {lines: {type: array}}}
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: mcp-write}
-spec:
-  tool: mcp_write
-  timeoutMs: 400
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: fetch}, {name: stream}, {name: submit}, {name: mcp_read}, {name: mcp_write}]
-"#;
+const FAULT_POLICIES: &str = include_str!("fixtures/policies/fault-backend.yaml");
 
 const TIMEOUT: Duration = Duration::from_millis(400);
 /// A faulty call is answered within its tool's timeout plus this: scheduling on a busy
@@ -482,22 +434,12 @@ async fn decisions(h: &Harness) -> [String; 3] {
     [ops, reset, stranger].map(|r| format!("{} {}", r.status, r.code()))
 }
 
-const STRANGER_GRANT: &str = r#"
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: stranger}
-spec:
-  agents: [stranger]
-  tools: [{name: read_logs}]
-"#;
-
 #[tokio::test]
 async fn a_broken_or_unreadable_policy_file_keeps_the_last_good_snapshot_serving() {
     let backend = Backend::example().await;
     let folder = tempfile::tempdir().unwrap();
     let file = folder.path().join("policies.yaml");
-    let good = format!("{CONTRACTS}---{POLICIES}");
+    let good = log_service_policies();
     std::fs::write(&file, &good).unwrap();
     let watched = file.clone();
     let h = Harness::start(
@@ -573,7 +515,7 @@ async fn a_broken_or_unreadable_policy_file_keeps_the_last_good_snapshot_serving
     }
 
     // Restored, with a change: the new version serves and the gauge is back.
-    std::fs::write(&file, format!("{good}{STRANGER_GRANT}")).unwrap();
+    std::fs::write(&file, format!("{good}---\n{STRANGER_POLICY}")).unwrap();
     within(Duration::from_secs(3), "restored policy", || async {
         metric(&h, "toolgate_policy_version").await > version
     })
@@ -589,21 +531,12 @@ const NS: &str = "team-a";
 /// kube's reconnect backoff (0.8 s doubling, plus up to as much jitter) bounds recovery.
 const RECOVERED: Duration = Duration::from_secs(20);
 
-const OPS_POLICY: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: read_logs}, {name: create_issue}]
-"#;
-
 #[tokio::test]
 async fn an_api_server_outage_with_deletes_and_compaction_never_costs_a_call_its_decision() {
     let api = FakeApiServer::start().await;
     api.apply(NS, CONTRACTS);
     api.apply(NS, OPS_POLICY);
-    api.apply(NS, STRANGER_GRANT);
+    api.apply(NS, STRANGER_POLICY);
     let backend = Backend::example().await;
     let dir = tempfile::tempdir().unwrap();
     let labels = dir.path().join("labels");
@@ -679,7 +612,7 @@ async fn an_api_server_outage_with_deletes_and_compaction_never_costs_a_call_its
         })
         .await;
         // A change after recovery is enforced within the watch's one-second budget.
-        api.apply(NS, STRANGER_GRANT);
+        api.apply(NS, STRANGER_POLICY);
         within(
             Duration::from_secs(2),
             "a change after recovery",
@@ -933,7 +866,7 @@ impl Running {
     async fn start(upstream: std::net::SocketAddr, drain: Duration) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let policies = dir.path().join("policies.yaml");
-        std::fs::write(&policies, format!("{CONTRACTS}---{POLICIES}")).unwrap();
+        std::fs::write(&policies, log_service_policies()).unwrap();
         let tokens = dir.path().join("tokens.yaml");
         let digest = toolgate::identity::tokens::digest_hex(OPS_TOKEN);
         std::fs::write(&tokens, format!("ops-bot: {digest}\n")).unwrap();

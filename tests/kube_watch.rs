@@ -16,25 +16,6 @@ const ENFORCED: Duration = Duration::from_secs(1);
 /// Reconnects wait for kube's backoff (0.8 s doubling, plus up to as much jitter).
 const RECOVERED: Duration = Duration::from_secs(20);
 
-const OPS_POLICY: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  enabled: true
-  tools: [{name: read_logs}, {name: create_issue}]
-"#;
-
-const STRANGER_POLICY: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: stranger}
-spec:
-  agents: [stranger]
-  tools: [{name: read_logs}]
-"#;
-
 struct Fixture {
     api: FakeApiServer,
     h: Harness,

@@ -15,56 +15,8 @@ use futures_util::future::join_all;
 use peers::{client, Peer};
 use serde_json::{json, Value};
 
-const POLICIES: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: read-logs}
-spec:
-  tool: read_logs
-  input:
-    type: object
-    additionalProperties: false
-    required: [service]
-    properties:
-      service: {type: string, enum: [api, orders]}
-      window_minutes: {type: integer, minimum: 1, maximum: 43200}
-  output:
-    type: object
-    required: [service, lines]
-    properties:
-      service: {type: string}
-      lines:
-        type: array
-        items: {type: object, properties: {msg: {type: string}, client_ip: {type: string}}}
-  redact: [/lines/*/client_ip]
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: create-issue}
-spec:
-  tool: create_issue
-  input:
-    type: object
-    required: [project_key, title]
-    properties:
-      project_key: {type: string}
-      title: {type: string, minLength: 1}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: echo}
-spec:
-  tool: echo
-  input: {type: object, properties: {text: {type: string}}}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: read_logs}, {name: create_issue}]
-  mcpMethods: [prompts/*]
-"#;
+/// The tools of the Python SDK's server (`tests/mcp/server.py`) and ops-bot's grants.
+const POLICIES: &str = include_str!("fixtures/policies/python-mcp-server.yaml");
 
 async fn start(peer: &Peer, policies: &str) -> Harness {
     Harness::start(

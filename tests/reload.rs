@@ -29,7 +29,7 @@ async fn an_edit_is_enforced_within_a_second() {
         200
     );
     // Revoke read_logs from ops-bot.
-    let edited = format!("{CONTRACTS}---{POLICIES}").replacen("    - name: read_logs\n", "", 1);
+    let edited = log_service_policies().replacen("    - name: read_logs\n", "", 1);
     std::fs::write(h.policy_file(), edited).unwrap();
     let took = until_status(&h, "/logs/orders", 403).await;
     assert!(took < Duration::from_secs(1), "took {took:?}");
@@ -43,7 +43,7 @@ async fn a_broken_file_keeps_the_last_good_snapshot() {
     let backend = Backend::example().await;
     let h = Harness::start(backend.addr, Options::default()).await;
     // A CEL syntax error in a rule, and separately a YAML syntax error: neither may apply.
-    let bad_rule = format!("{CONTRACTS}---{POLICIES}").replacen(
+    let bad_rule = log_service_policies().replacen(
         "    - name: read_logs\n",
         "    - name: read_logs\n      rules: [{name: broken, expr: 'args.window_minutes <= '}]\n",
         1,
@@ -75,7 +75,7 @@ async fn a_broken_file_keeps_the_last_good_snapshot() {
         "errors name the file: {config}"
     );
     // Fixing the file recovers.
-    std::fs::write(h.policy_file(), format!("{CONTRACTS}---{POLICIES}")).unwrap();
+    std::fs::write(h.policy_file(), log_service_policies()).unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let (_, metrics) = h.get_admin("/metrics").await;
     assert!(

@@ -139,102 +139,26 @@ impl Backend {
     }
 }
 
-pub const CONTRACTS: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: read-logs}
-spec:
-  tool: read_logs
-  http: {method: GET, path: "/logs/{service}"}
-  input:
-    type: object
-    additionalProperties: false
-    required: [service]
-    properties:
-      service: {type: string, enum: [orders, payments]}
-      window_minutes: {type: integer, minimum: 1, maximum: 43200, default: 15}
-  output:
-    type: object
-    properties: {lines: {type: array}}
-  redact: [/lines/*/client_ip]
-  timeoutMs: 3000
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: create-issue}
-spec:
-  tool: create_issue
-  http: {method: POST, path: /issues}
-  idempotent: false
-  input:
-    type: object
-    required: [project_key, title]
-    properties:
-      project_key: {type: string}
-      title: {type: string, minLength: 1}
-      priority: {type: string, enum: [low, high], default: low}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: get-report}
-spec:
-  tool: get_report
-  http: {method: GET, path: "/reports/{id}"}
-  input: {type: object, properties: {id: {type: integer}}}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: get-missing}
-spec:
-  tool: get_missing
-  http: {method: GET, path: "/missing/{id}"}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: slow}
-spec:
-  tool: slow_export
-  http: {method: GET, path: /slow}
-  timeoutMs: 300
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: broken-output}
-spec:
-  tool: broken_output
-  http: {method: GET, path: /broken-output}
-  output: {type: object, properties: {lines: {type: array}}}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: admin-reset}
-spec:
-  tool: admin_reset
-  http: {method: POST, path: /admin/reset}
-"#;
+/// The log service's ToolContracts, what [`Backend::example`] serves
+/// (`tests/fixtures/policies/log-service.yaml`).
+pub const CONTRACTS: &str = include_str!("../fixtures/policies/log-service.yaml");
 
-pub const POLICIES: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools:
-    - name: read_logs
-    - name: create_issue
-    - name: get_report
-    - name: get_missing
-    - name: slow_export
-    - name: broken_output
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: retired-bot}
-spec:
-  agents: [retired-bot]
-  enabled: false
-  tools: [{name: read_logs}]
-"#;
+/// ops-bot's and retired-bot's grants on [`CONTRACTS`]
+/// (`tests/fixtures/policies/log-service-agents.yaml`).
+pub const POLICIES: &str = include_str!("../fixtures/policies/log-service-agents.yaml");
+
+/// [`CONTRACTS`] and [`POLICIES`] as one file: what [`Options::default`] serves.
+pub fn log_service_policies() -> String {
+    format!("{CONTRACTS}---\n{POLICIES}")
+}
+
+/// ops-bot may read logs and open issues (`tests/fixtures/policies/ops-bot.yaml`): the
+/// cluster tests' policy beside [`CONTRACTS`].
+pub const OPS_POLICY: &str = include_str!("../fixtures/policies/ops-bot.yaml");
+
+/// stranger may read logs (`tests/fixtures/policies/stranger.yaml`): the policy the
+/// cluster tests add, change and delete.
+pub const STRANGER_POLICY: &str = include_str!("../fixtures/policies/stranger.yaml");
 
 /// Verifies an audit log's chain (no key), panicking with the break if there is one.
 pub fn audit_verify(text: &str) -> toolgate::audit::verify::Summary {
@@ -274,7 +198,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            policies: format!("{CONTRACTS}---{POLICIES}"),
+            policies: log_service_policies(),
             tweak: Box::new(|_| {}),
             wait_ready: true,
         }
