@@ -21,11 +21,11 @@
 //!   `retry_after_ms=` and `details=[pointer keyword, …]` (`(root)` for the arguments
 //!   object itself) where the refusal has them.
 //!
-//! A call runs the stages of the REST and MCP paths: classify (or the tool's name),
-//! the agent's policy, then `decide` (authorize, rate limit, validate, rules); a shadow
-//! policy's refusal is recorded and the call forwarded, and a call that would run is
-//! counted in its session (budget, loop detection), as the sidecar does just before
-//! forwarding. Nothing is forwarded, so duplicate suppression, which answers from an
+//! A call runs what the REST and MCP paths run: classify (or the tool's name), the
+//! governing core `proxy::govern::govern` (policy lookup, authorize, rate limit,
+//! validate, rules; a shadow policy's refusal recorded and the call forwarded), then
+//! `proxy::stage::session::admit` (budget, loop detection), as the forward path does just
+//! before sending. Nothing is forwarded, so duplicate suppression, which answers from an
 //! earlier call's result, is not part of these decisions. Objects that fail to build are
 //! left out of the snapshot the calls run against: what a sidecar fed from the cluster
 //! serves. A sidecar reading files refuses the whole change instead.
@@ -50,9 +50,9 @@ use toolgate::crd::parse_documents;
 use toolgate::identity::task::TaskTokens;
 use toolgate::limits::{Call as LimitedCall, Capacity, Clock, Ledger};
 use toolgate::policy::{BuildOptions, Snapshot};
-use toolgate::proxy::decide::{decide, RequestView};
-use toolgate::proxy::stage::authorize;
-use toolgate::proxy::stage::classify::classify;
+use toolgate::proxy::govern::{govern, Governor, Proposal};
+use toolgate::proxy::rest::classify::classify;
+use toolgate::proxy::stage::session;
 use toolgate::vocab::args::Args;
 use toolgate::vocab::{Agent, Code, Reject};
 
@@ -276,57 +276,53 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         _ => panic!("a call is either `rest` or `mcp`: {call:?}"),
     };
 
-    // A disabled or ungoverned agent is refused, in shadow mode too.
-    let policy = match authorize::policy(snapshot, &agent.id) {
-        Ok(policy) => policy,
-        Err(reject) => return deny(&reject),
+    // The sidecar's governing core (policy lookup, authorize, rate limit, validate,
+    // rules, shadow), then the session admission the forward path runs just before
+    // sending.
+    let governor = Governor {
+        ledger,
+        tasks: Some(tasks),
+        audit_refuses: false,
     };
-    let contract = snapshot.contract(tool);
-    let view = RequestView {
+    let proposal = Proposal {
+        tool,
+        args,
+        agent: &agent,
         method: &method,
         path: &path,
         headers: &headers,
         session: call.session.as_deref(),
     };
-    let raw = policy.shadow.then(|| args.clone());
-    let (line, args) = match decide(ledger, policy, &agent, contract, args, &view, Some(tasks)) {
-        Ok(checked) => {
-            let filled = if checked.filled {
+    let verdict = match govern(&governor, snapshot, proposal) {
+        Ok(verdict) => verdict,
+        Err(reject) => return deny(&reject),
+    };
+    let forwards = compact(verdict.args.value());
+    let line = match &verdict.shadowed {
+        None => {
+            let filled = if verdict.args.filled {
                 " (defaults filled)"
             } else {
                 ""
             };
-            let line = format!("allow {}{filled}", compact(checked.value()));
-            (line, checked.into_args())
+            format!("allow {forwards}{filled}")
         }
-        Err(reject) if policy.shadow => {
-            let raw = raw.unwrap();
-            let line = format!(
-                "shadow-deny {} -> forwards {}",
-                reasons(&reject),
-                compact(raw.value())
-            );
-            (line, raw)
-        }
-        Err(reject) => return deny(&reject),
+        Some(reject) => format!("shadow-deny {} -> forwards {forwards}", reasons(reject)),
     };
-
-    // Counted in its session just before it would run.
     let limited = LimitedCall::new(
         &agent.id,
         call.session.as_deref(),
-        &contract.tool,
-        &args,
+        &verdict.contract.tool,
+        verdict.args.args(),
         None,
     );
-    match ledger.admit(&limited, policy.session.as_ref()) {
-        Ok(()) => line,
-        Err(reject) if policy.shadow && line.starts_with("allow") => format!(
-            "shadow-deny {} -> forwards {}",
-            reasons(&reject),
-            compact(args.value())
-        ),
-        Err(_) if policy.shadow => line,
+    match session::admit(ledger, &limited, verdict.policy) {
+        Ok(None) => line,
+        // The first would-be refusal is the one recorded (`Outcome::shadowed`).
+        Ok(Some(reject)) if verdict.shadowed.is_none() => {
+            format!("shadow-deny {} -> forwards {forwards}", reasons(&reject))
+        }
+        Ok(Some(_)) => line,
         Err(reject) => deny(&reject),
     }
 }

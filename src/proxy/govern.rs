@@ -13,6 +13,8 @@
 use http::HeaderMap;
 use serde_json::Value;
 
+use crate::identity::task::TaskTokens;
+use crate::limits::Ledger;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
@@ -21,6 +23,28 @@ use crate::proxy::gate::Gate;
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::Arguments;
 use crate::vocab::{Agent, Args, Code, Decision, Reject};
+
+/// What the core reads besides the snapshot and the call: the state that outlives
+/// snapshots, the task-token verifier, and whether the audit log takes records. The
+/// sidecar's comes from its gate ([`Gate::governor`]); tests and offline tools build
+/// their own, so they decide with this same code.
+pub struct Governor<'a> {
+    pub ledger: &'a Ledger,
+    pub tasks: Option<&'a TaskTokens>,
+    /// With `audit.onFailure: fail_closed`, whether the log currently refuses calls.
+    pub audit_refuses: bool,
+}
+
+impl Gate {
+    /// The governing core's view of this gate, for one call.
+    pub fn governor(&self) -> Governor<'_> {
+        Governor {
+            ledger: &self.ledger,
+            tasks: self.identity.tasks.as_ref(),
+            audit_refuses: self.audit.refuses_calls(),
+        }
+    }
+}
 
 /// A classified call, as the gate is asked to decide it.
 pub struct Proposal<'a> {
@@ -49,7 +73,7 @@ pub struct Verdict<'s> {
 
 /// Decides a call; `Err` is the refusal to answer with, and nothing may be forwarded.
 pub fn govern<'s>(
-    gate: &Gate,
+    governor: &Governor<'_>,
     snapshot: &'s Snapshot,
     proposal: Proposal<'_>,
 ) -> Result<Verdict<'s>, Reject> {
@@ -65,13 +89,13 @@ pub fn govern<'s>(
     // Kept only where a shadow policy may forward the call unvalidated.
     let raw_args = policy.shadow.then(|| proposal.args.clone());
     let decided = decide(
-        &gate.ledger,
+        governor.ledger,
         policy,
         proposal.agent,
         contract,
         proposal.args,
         &view,
-        gate.identity.tasks.as_ref(),
+        governor.tasks,
     );
     let (args, decision, shadowed) = match decided {
         Ok(args) => (args, Decision::Allow, None),
@@ -87,7 +111,7 @@ pub fn govern<'s>(
         contract.redact.iter().for_each(|r| r.apply(&mut captured));
         captured
     });
-    if gate.audit.refuses_calls() {
+    if governor.audit_refuses {
         return Err(Reject::new(
             Code::AuditUnavailable,
             "the audit log can't be written, so no call may run",

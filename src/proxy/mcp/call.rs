@@ -77,7 +77,7 @@ pub fn decide<'s>(
         headers: &ex.parts.headers,
         session: ex.session,
     };
-    let verdict = govern(ex.gate, snapshot, proposal).map_err(Refusal::of_call)?;
+    let verdict = govern(&ex.gate.governor(), snapshot, proposal).map_err(Refusal::of_call)?;
     outcome.governed(&verdict);
     let args = verdict.args;
     // The backend runs what was checked: filled defaults travel with the call.

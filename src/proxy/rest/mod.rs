@@ -65,7 +65,7 @@ pub async fn handle(
     )?;
     outcome.identified(&agent.id);
     let verdict = govern(
-        gate,
+        &gate.governor(),
         &snapshot,
         Proposal {
             tool: call.tool,
