@@ -808,3 +808,67 @@ async fn foreign_origins_and_hosts_are_refused_before_forwarding() {
     assert_eq!(r.status, 200, "the sidecar's own address: {}", r.text);
     assert_eq!(backend.posts().len(), 3);
 }
+
+/// A tool that runs at most once streams live too: its progress reaches the first caller
+/// while the call runs, a concurrent duplicate gets only the final response, and the
+/// backend runs it once.
+#[tokio::test]
+async fn a_call_that_runs_once_streams_its_progress_live() {
+    let backend = McpBackend::start().await;
+    // slow_stream_once: progress at once, the result 2 s later; not idempotent.
+    let policies = format!(
+        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: once}}\nspec: {{tool: slow_stream_once, timeoutMs: 5000}}\n",
+        POLICIES.replace(
+            "    - name: slow_stream\n",
+            "    - name: slow_stream\n    - name: slow_stream_once\n"
+        )
+    );
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies,
+            ..Options::default()
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let body = call(json!(1), "slow_stream_once", json!({"n": 1}));
+    let lead = open(&h, "POST", &[], body.clone()).await;
+    assert_eq!(lead.headers()["content-type"], "text/event-stream");
+    let mut stream = lead.into_body();
+    let first = next_chunk(&mut stream).await;
+    assert!(first.contains("notifications/progress"), "{first}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "progress arrived while the backend held the result: {:?}",
+        started.elapsed()
+    );
+    // The same call again while the first runs: joined, answered with the final response.
+    let duplicate = open(
+        &h,
+        "POST",
+        &[],
+        call(json!(2), "slow_stream_once", json!({"n": 1})),
+    )
+    .await;
+    assert_eq!(duplicate.headers()["x-toolgate-replayed"], "true");
+    let replayed =
+        String::from_utf8_lossy(&duplicate.into_body().collect().await.unwrap().to_bytes())
+            .into_owned();
+    let replayed: Value = serde_json::from_str(&replayed).unwrap();
+    assert_eq!(replayed["id"], 2);
+    assert_eq!(
+        replayed["result"]["content"][0]["text"], "done",
+        "{replayed}"
+    );
+    let rest = next_chunk(&mut stream).await;
+    assert!(
+        rest.contains(r#""text":"done""#) && rest.contains(r#""id":1"#),
+        "{rest}"
+    );
+    assert!(
+        stream.frame().await.is_none(),
+        "the stream ends with the result"
+    );
+    assert_eq!(backend.calls(), ["slow_stream_once"], "one execution");
+}

@@ -23,7 +23,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dedupe::{Dedupe, Ran, Settled, Turn};
+use super::dedupe::{Dedupe, Flight, Ran, Settled, Turn};
 use super::Call;
 use crate::vocab::{Code, Recovery, Reject};
 
@@ -47,19 +47,32 @@ pub async fn run<S>(
 where
     S: Future<Output = Settled> + Send + 'static,
 {
+    start(dedupe, call, window, admit, send)?.wait(wait).await
+}
+
+/// A call claimed and, if it leads, sent: what is left is waiting for its outcome.
+pub enum Started {
+    /// This call leads: it was admitted and its send runs detached.
+    Led(Arc<Flight>),
+    /// An identical call is running or ran: this one waits for, or replays, its outcome.
+    Joined(Arc<Flight>),
+}
+
+/// The first half of [`run`]: claims the call and, when it leads, admits it and spawns
+/// `send`, without waiting. A lead that streams its progress live (MCP) delivers while
+/// the send runs, then waits for the outcome itself.
+pub fn start<S>(
+    dedupe: &Dedupe,
+    call: &Call<'_>,
+    window: Duration,
+    admit: impl FnOnce() -> Result<(), Reject>,
+    send: S,
+) -> Result<Started, Reject>
+where
+    S: Future<Output = Settled> + Send + 'static,
+{
     match dedupe.claim(call, window)? {
-        Turn::Join(flight) => {
-            let settled = flight.outcome(wait).await.ok_or_else(|| {
-                unknown_outcome(
-                    wait,
-                    "an identical call is still running and will not be sent again",
-                )
-            })?;
-            Ok(Delivered {
-                settled,
-                replayed: true,
-            })
-        }
+        Turn::Join(flight) => Ok(Started::Joined(flight)),
         Turn::Lead(lead) => {
             if let Err(reject) = admit() {
                 lead.settle(Settled::Failed {
@@ -73,21 +86,35 @@ where
                 let settled = send.await;
                 lead.settle(settled);
             });
-            let settled = flight.outcome(wait).await.ok_or_else(|| {
-                unknown_outcome(
-                    wait,
-                    "the call may still complete; it will not be sent again",
-                )
-            })?;
-            Ok(Delivered {
-                settled,
-                replayed: false,
-            })
+            Ok(Started::Led(flight))
         }
     }
 }
 
-fn unknown_outcome(wait: Duration, why: &str) -> Reject {
+impl Started {
+    /// Waits at most `wait` for the call's outcome.
+    pub async fn wait(self, wait: Duration) -> Result<Delivered, Reject> {
+        let (flight, replayed, why) = match self {
+            Started::Led(flight) => (
+                flight,
+                false,
+                "the call may still complete; it will not be sent again",
+            ),
+            Started::Joined(flight) => (
+                flight,
+                true,
+                "an identical call is still running and will not be sent again",
+            ),
+        };
+        let settled = flight
+            .outcome(wait)
+            .await
+            .ok_or_else(|| unknown_outcome(wait, why))?;
+        Ok(Delivered { settled, replayed })
+    }
+}
+
+pub fn unknown_outcome(wait: Duration, why: &str) -> Reject {
     Reject::new(
         Code::BackendTimeout,
         format!(

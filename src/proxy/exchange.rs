@@ -35,6 +35,23 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// Sends the exchange once, handing its parts to the client without copying them.
+    pub async fn send_once(
+        self,
+        upstream: &Upstream,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, Failure> {
+        upstream
+            .send(
+                self.method,
+                &self.path_and_query,
+                self.headers,
+                self.body,
+                timeout,
+            )
+            .await
+    }
+
     async fn send(
         &self,
         upstream: &Upstream,

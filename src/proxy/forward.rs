@@ -17,8 +17,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::limits::dedupe::Settled;
-use crate::limits::{once, Call};
+use crate::limits::dedupe::{Flight, Settled};
+use crate::limits::once::{self, Started};
+use crate::limits::Call;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::exchange::{send_retrying, Exchange};
@@ -42,6 +43,9 @@ pub struct Plan<'a> {
     /// failed connect, a 503). MCP sends once: its answer may be a stream already
     /// relayed in part.
     pub retry: bool,
+    /// An at-most-once lead returns as soon as its send has started ([`Sent::Leading`]),
+    /// to relay the call's progress while it runs; duplicates still get the outcome.
+    pub live: bool,
 }
 
 /// What the backend gave.
@@ -51,6 +55,9 @@ pub enum Sent {
         response: Response<Incoming>,
         sent: Instant,
     },
+    /// An at-most-once call this request leads, sent and still running (`Plan::live`):
+    /// the caller relays its progress and waits for the flight's outcome itself.
+    Leading { flight: Arc<Flight> },
     /// An at-most-once call's outcome, shared with its duplicates.
     Settled {
         settled: Arc<Settled>,
@@ -88,6 +95,7 @@ where
         exchange,
         span,
         retry,
+        live,
     } = plan;
     if contract.idempotent {
         let shadowed = session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?;
@@ -95,15 +103,7 @@ where
         let response = if retry {
             send_retrying(&gate.upstream, &exchange, contract.timeout).await
         } else {
-            let Exchange {
-                method,
-                path_and_query,
-                headers,
-                body,
-            } = exchange;
-            (gate.upstream)
-                .send(method, &path_and_query, headers, body, contract.timeout)
-                .await
+            exchange.send_once(&gate.upstream, contract.timeout).await
         };
         span.end(response.as_ref().ok().map(|r| r.status().as_u16()));
         let response =
@@ -147,15 +147,23 @@ where
             Err(reject)
         }
     };
-    let delivered = once::run(
+    let started = once::start(
         gate.ledger.dedupe(),
         call,
         contract.dedupe_window,
-        contract.timeout,
         admit,
         send,
-    )
-    .await;
+    );
+    let delivered = match started {
+        Ok(Started::Led(flight)) if live => {
+            return Ok(Forwarded {
+                sent: Sent::Leading { flight },
+                shadowed,
+            })
+        }
+        Ok(started) => started.wait(contract.timeout).await,
+        Err(reject) => Err(reject),
+    };
     match delivered {
         Ok(delivered) => Ok(Forwarded {
             sent: Sent::Settled {

@@ -17,8 +17,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::jsonrpc::{answer_in, is_response};
+use super::live::{Relay, Tap};
 use super::sse::{Event, Parser};
 use crate::proxy::body::{read_limited, Body, BoxError, ReadError};
+use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
 use crate::vocab::{Code, Reject};
 
 /// Why the response could not be delivered as it came.
@@ -238,9 +240,29 @@ pub async fn collect(
 ) -> Result<Value, Failure> {
     match shape_of(&response) {
         Shape::Json => read_json(response.into_body(), id, max, deadline).await,
-        Shape::EventStream => collect_sse(response.into_body(), id, max, deadline).await,
+        Shape::EventStream => collect_sse(response.into_body(), id, max, deadline, None).await,
         Shape::Other => Err(Failure::NotAnAnswer),
     }
+}
+
+/// [`collect`], relaying to `tap` everything an event stream carries besides the answer:
+/// first the response's headers, then each event as it arrives.
+pub async fn collect_relaying(
+    response: Response<Incoming>,
+    id: &Value,
+    max: usize,
+    deadline: Instant,
+    tap: &mut Tap,
+) -> Result<Value, Failure> {
+    if shape_of(&response) != Shape::EventStream {
+        return collect(response, id, max, deadline).await;
+    }
+    let (mut parts, incoming) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    strip_toolgate(&mut parts.headers);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    tap.send(Relay::Head(parts.headers)).await;
+    collect_sse(incoming, id, max, deadline, Some(tap)).await
 }
 
 /// Reads a JSON body (one message, or a batch of them) and finds the response to `id`.
@@ -303,18 +325,30 @@ async fn collect_sse(
     id: &Value,
     max: usize,
     deadline: Instant,
+    mut tap: Option<&mut Tap>,
 ) -> Result<Value, Failure> {
     let mut parser = Parser::new(max);
     let mut eof = false;
     loop {
         while let Some(event) = parser.next_event(eof) {
-            if !event.is_message() || event.data.is_empty() {
-                continue;
-            }
-            if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
-                if let Some(answer) = answer_in(value, id) {
+            // Relayed as `rewrite_sse` re-emits: what is not JSON is dropped unchecked.
+            let relay = if !event.is_message() || event.data.is_empty() {
+                true
+            } else if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
+                // A request or notification for the client passes; a response is the
+                // answer (or, to another request, dropped).
+                if !value.is_array() && !is_response(&value) {
+                    true
+                } else if let Some(answer) = answer_in(value, id) {
                     return Ok(answer);
+                } else {
+                    false
                 }
+            } else {
+                false
+            };
+            if let Some(tap) = tap.as_deref_mut().filter(|_| relay) {
+                tap.send(Relay::Event(event.raw)).await;
             }
         }
         if eof {

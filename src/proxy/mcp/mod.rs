@@ -24,6 +24,7 @@ pub mod forward;
 pub mod jsonrpc;
 pub mod list;
 pub mod listing;
+pub mod live;
 pub mod modern;
 pub mod once;
 pub mod origin;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use super::answer::{self, Failure};
 use super::call::shape_answer;
+use super::live::Tap;
 use super::reply::Refusal;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::policy::contract::Contract;
@@ -43,25 +44,18 @@ pub fn answer(
 
 /// Sends a call once and collects its JSON-RPC answer to `id` (SSE collected to its one
 /// response), within `window` and `max` bytes: the at-most-once buffer of
-/// `proxy::forward`.
+/// `proxy::forward`. With a `tap`, the rest of an event stream is relayed to the lead as
+/// it arrives (`live`).
 pub async fn collect(
     upstream: Upstream,
     exchange: Exchange,
     id: Value,
     window: Duration,
     max: usize,
+    mut tap: Option<Tap>,
 ) -> Settled {
     let deadline = tokio::time::Instant::now() + window;
-    let Exchange {
-        method,
-        path_and_query,
-        headers,
-        body,
-    } = exchange;
-    let response = match upstream
-        .send(method, &path_and_query, headers, body, window)
-        .await
-    {
+    let response = match exchange.send_once(&upstream, window).await {
         Ok(response) => response,
         Err(failure) => {
             let ran = if failure == SendFailure::Unavailable {
@@ -102,7 +96,11 @@ pub async fn collect(
             },
         };
     }
-    match answer::collect(response, &id, max, deadline).await {
+    let collected = match tap.as_mut() {
+        Some(tap) => answer::collect_relaying(response, &id, max, deadline, tap).await,
+        None => answer::collect(response, &id, max, deadline).await,
+    };
+    match collected {
         Ok(message) => Settled::Answered(Buffered {
             status: StatusCode::OK,
             headers: HeaderMap::new(),

@@ -16,15 +16,18 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::Arc;
+use tokio::sync::mpsc;
 
 use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
 use super::call::{self, failure_to_reject, shape_answer, FollowUp};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
+use super::live::{self, Relay};
 use super::once;
 use super::reply::{self, Refusal};
 use super::Exchange;
-use crate::limits::dedupe::Settled;
+use crate::limits::dedupe::{Flight, Settled};
+use crate::limits::once::unknown_outcome;
 use crate::limits::Call;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
@@ -51,12 +54,8 @@ pub async fn single(
             snapshot,
             tool,
             settled,
-        }) => once::answer(&settled, snapshot.contract(tool), &id).map(|(status, answer)| {
-            let mut response =
-                reply::json_bytes(Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()));
-            *response.status_mut() = status;
-            response
-        }),
+        }) => once_response(&settled, snapshot.contract(tool), &id),
+        Ok(Reply::Leading(leading)) => lead(ex, leading, &id, outcome).await,
         Err(refusal) => Err(refusal),
     };
     delivered.unwrap_or_else(|refusal| ex.refuse(outcome, refusal, &id))
@@ -74,6 +73,11 @@ pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
             tool,
             settled,
         }) => once::answer(&settled, snapshot.contract(tool), &id).map(|(_, answer)| answer),
+        // Batch elements are not live (`split`): they are collected whole.
+        Ok(Reply::Leading(_)) => Err(Refusal::of_call(Reject::new(
+            Code::NotReady,
+            "the gateway failed to handle the call",
+        ))),
         Err(refusal) => Err(refusal),
     };
     let answer = answer.unwrap_or_else(|refusal| {
@@ -92,10 +96,20 @@ struct Live {
     deadline: tokio::time::Instant,
 }
 
-/// What forwarding produced: the live response of an idempotent call, or the one shared
-/// outcome of a call that runs at most once.
+/// A call this request leads at most once, running, its progress relayed to it.
+struct Leading {
+    snapshot: Arc<Snapshot>,
+    tool: ToolId,
+    flight: Arc<Flight>,
+    relays: mpsc::Receiver<Relay>,
+    deadline: tokio::time::Instant,
+}
+
+/// What forwarding produced: the live response of an idempotent call, the running call
+/// this request leads, or the one shared outcome of a call that runs at most once.
 enum Reply {
     Live(Live),
+    Leading(Leading),
     Once {
         snapshot: Arc<Snapshot>,
         tool: ToolId,
@@ -142,7 +156,19 @@ async fn forward_call(
         .gate
         .tracing
         .start_client(outcome.span(), span_name, &mut headers);
+    // The lead of a call that runs at most once streams its progress as it comes; a
+    // batch element is collected whole.
+    let live = !contract.idempotent && !split;
+    let deadline = tokio::time::Instant::now() + contract.timeout;
+    let (tap, relays) = match live {
+        true => {
+            let (tap, relays) = live::channel(deadline);
+            (Some(tap), Some(relays))
+        }
+        false => (None, None),
+    };
     let plan = Plan {
+        live,
         contract,
         policy: permit.policy,
         call: &limited,
@@ -158,8 +184,9 @@ async fn forward_call(
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
     // under its own (once::answer).
     let id = message.reply_id();
-    let buffer =
-        move |upstream, exchange, window, max| once::collect(upstream, exchange, id, window, max);
+    let buffer = move |upstream, exchange, window, max| {
+        once::collect(upstream, exchange, id, window, max, tap)
+    };
     let forwarded = match crate::proxy::forward::forward(ex.gate, plan, buffer).await {
         Ok(forwarded) => forwarded,
         Err(Stopped::Denied(reject)) => {
@@ -173,6 +200,20 @@ async fn forward_call(
     }
     let tool = permit.tool;
     match forwarded.sent {
+        // Only a live plan leads this way, and a live plan has its relays.
+        Sent::Leading { flight } => match relays {
+            Some(relays) => Ok(Reply::Leading(Leading {
+                snapshot,
+                tool,
+                flight,
+                relays,
+                deadline,
+            })),
+            None => Err(Refusal::of_call(Reject::new(
+                Code::NotReady,
+                "the gateway failed to handle the call",
+            ))),
+        },
         Sent::Settled { settled, replayed } => {
             outcome.replayed(replayed);
             Ok(Reply::Once {
@@ -197,6 +238,74 @@ async fn forward_call(
             }))
         }
     }
+}
+
+/// The shared outcome of a call that ran at most once, as one JSON answer.
+fn once_response(
+    settled: &Settled,
+    contract: &Contract,
+    id: &Value,
+) -> Result<Response<Body>, Refusal> {
+    once::answer(settled, contract, id).map(|(status, answer)| {
+        let mut response =
+            reply::json_bytes(Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()));
+        *response.status_mut() = status;
+        response
+    })
+}
+
+/// The answer to a call this request leads: an event stream relayed live when the
+/// upstream streams, else the settled outcome as one JSON answer.
+async fn lead(
+    ex: &Exchange<'_>,
+    leading: Leading,
+    id: &Value,
+    outcome: &mut Outcome,
+) -> Result<Response<Body>, Refusal> {
+    let Leading {
+        snapshot,
+        tool,
+        flight,
+        mut relays,
+        deadline,
+    } = leading;
+    let timeout = snapshot.contract(tool).timeout;
+    let unknown = || Refusal::of_call(unsettled(timeout));
+    let headers = match tokio::time::timeout_at(deadline, relays.recv()).await {
+        Err(_) => return Err(unknown()),
+        Ok(Some(Relay::Head(headers))) => headers,
+        // Nothing streams (a JSON answer, a failure): the outcome is the answer.
+        Ok(_) => {
+            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let settled = flight.outcome(wait).await.ok_or_else(unknown)?;
+            return once_response(&settled, snapshot.contract(tool), id);
+        }
+    };
+    outcome.answered(StatusCode::OK.as_u16());
+    let mut rewrite = CallRewrite::new(ex, snapshot.clone(), tool, id, outcome);
+    let answer_id = id.clone();
+    let finish = move |settled: Option<Arc<Settled>>| {
+        let contract = snapshot.contract(tool);
+        let answered = match settled {
+            None => Err(unsettled(timeout)),
+            Some(settled) => once::answer(&settled, contract, &answer_id).map_err(|r| r.reject),
+        };
+        match answered {
+            Ok((_, message)) => message,
+            Err(reject) => rewrite.refused(reject),
+        }
+    };
+    let mut response = Response::new(live::body(relays, flight, deadline, finish));
+    *response.headers_mut() = headers;
+    Ok(response)
+}
+
+/// The refusal of a lead whose call did not settle within its timeout.
+fn unsettled(timeout: std::time::Duration) -> Reject {
+    unknown_outcome(
+        timeout,
+        "the call may still complete; it will not be sent again",
+    )
 }
 
 /// The answer to a single call, streamed where it can be.
@@ -227,14 +336,7 @@ async fn deliver(
             let (mut parts, incoming) = response.into_parts();
             clean(&mut parts.headers);
             parts.headers.remove(header::CONTENT_LENGTH);
-            let rewrite = CallRewrite {
-                snapshot: snapshot.clone(),
-                tool,
-                id: id.clone(),
-                trace_id: ex.trace_id().to_string(),
-                modern: ex.modern,
-                follow_up: Some(FollowUp::of(ex.gate, outcome)),
-            };
+            let rewrite = CallRewrite::new(ex, snapshot.clone(), tool, id, outcome);
             let body = rewrite_sse(incoming, id.clone(), rewrite, max, Some(deadline));
             Ok(Response::from_parts(parts, body))
         }
@@ -306,6 +408,25 @@ struct CallRewrite {
 }
 
 impl CallRewrite {
+    /// The rewrite of the response to call `id` whose record `outcome` is; a refusal found
+    /// in the stream gets a record of its own ([`FollowUp`]).
+    fn new(
+        ex: &Exchange<'_>,
+        snapshot: Arc<Snapshot>,
+        tool: ToolId,
+        id: &Value,
+        outcome: &Outcome,
+    ) -> CallRewrite {
+        CallRewrite {
+            snapshot,
+            tool,
+            id: id.clone(),
+            trace_id: ex.trace_id().to_string(),
+            modern: ex.modern,
+            follow_up: Some(FollowUp::of(ex.gate, outcome)),
+        }
+    }
+
     fn refused(&mut self, reject: Reject) -> Value {
         if let Some(follow_up) = self.follow_up.take() {
             follow_up.record(&reject);

@@ -109,6 +109,7 @@ pub async fn handle(
         exchange,
         span,
         retry: true,
+        live: false,
     };
     // An at-most-once answer is kept whole for its duplicates, and kept small.
     let buffer = |upstream, exchange, window, max: usize| {
@@ -130,6 +131,11 @@ pub async fn handle(
             outcome.answered(response.status().as_u16());
             respond::streamed(gate, contract, response, sent).await
         }
+        // Not asked for (`live: false`): REST answers once the call is settled.
+        Sent::Leading { .. } => Err(Reject::new(
+            Code::NotReady,
+            "the gateway failed to handle the call",
+        )),
         Sent::Settled { settled, replayed } => {
             outcome.replayed(replayed);
             if let Some(status) = respond::status_of(&settled) {
