@@ -136,6 +136,7 @@ fn stages(c: &mut Criterion) {
         status: http::StatusCode::OK,
         headers: http::HeaderMap::new(),
         body: bytes::Bytes::from_static(br#"{"hits":[],"cursor":null}"#),
+        interim: false,
     });
     let mut n = 0u64;
     let mut id = String::new();

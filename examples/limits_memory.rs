@@ -57,6 +57,7 @@ fn main() {
         body: Bytes::from(
             r#"{"id":"OPS-123456","status":"created","url":"https://issues.example/OPS-123456"}"#,
         ),
+        interim: false,
     });
 
     println!("capacity: {capacity:?}");

@@ -872,3 +872,66 @@ async fn a_call_that_runs_once_streams_its_progress_live() {
     );
     assert_eq!(backend.calls(), ["slow_stream_once"], "one execution");
 }
+
+/// A multi-round call (2026-07-28): an `input_required` answer is not the call's result,
+/// and the retry carrying `inputResponses` / `requestState` is a new round, governed and
+/// forwarded — never answered from the dedupe store with the first round's answer.
+#[tokio::test]
+async fn each_round_of_a_multi_round_call_is_forwarded() {
+    let backend = McpBackend::start().await;
+    let policies = format!(
+        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: ask}}\nspec: {{tool: ask_twice}}\n",
+        POLICIES.replace("    - name: read_logs\n", "    - name: read_logs\n    - name: ask_twice\n")
+    );
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies,
+            ..Options::default()
+        },
+    )
+    .await;
+    let first = call(json!(1), "ask_twice", json!({"amount": 5}));
+    let r = post(&h, Some(OPS_TOKEN), &[], &first).await;
+    assert_eq!(
+        r.json["result"]["resultType"], "input_required",
+        "{}",
+        r.text
+    );
+    let retry = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "ask_twice", "arguments": {"amount": 5},
+        "inputResponses": {"confirm": {"action": "accept"}}, "requestState": "round-1"}})
+    .to_string();
+    let r = post(&h, Some(OPS_TOKEN), &[], &retry).await;
+    assert_eq!(r.json["result"]["resultType"], "complete", "{}", r.text);
+    assert!(r.json["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("round-1"));
+    assert_eq!(
+        r.header("x-toolgate-replayed"),
+        "",
+        "the retry is a round of its own"
+    );
+    // The first round again: its input_required answer was not kept, so it runs again.
+    let r = post(&h, Some(OPS_TOKEN), &[], &first).await;
+    assert_eq!(
+        r.json["result"]["resultType"], "input_required",
+        "{}",
+        r.text
+    );
+    assert_eq!(r.header("x-toolgate-replayed"), "");
+    // The same last round again is a duplicate of it: replayed, not run.
+    let r = post(&h, Some(OPS_TOKEN), &[], &retry).await;
+    assert_eq!(r.json["result"]["resultType"], "complete", "{}", r.text);
+    assert_eq!(r.header("x-toolgate-replayed"), "true");
+    assert_eq!(backend.calls(), ["ask_twice", "ask_twice", "ask_twice"]);
+    // Every round is governed and audited.
+    let dir = h.stop_keeping_files().await;
+    let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    let rounds = text
+        .lines()
+        .filter(|l| l.contains(r#""tool":"ask_twice""#))
+        .count();
+    assert_eq!(rounds, 4, "{text}");
+}

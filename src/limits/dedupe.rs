@@ -58,6 +58,9 @@ pub struct Buffered {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// Not the call's result but a step towards it (MCP `input_required`): delivered to
+    /// those waiting, never kept for later duplicates.
+    pub interim: bool,
 }
 
 /// Whether a settled call ran on the backend.
@@ -79,7 +82,10 @@ pub enum Settled {
 
 impl Settled {
     fn keep(&self) -> bool {
-        !matches!(self, Settled::Failed { ran: Ran::No, .. })
+        match self {
+            Settled::Failed { ran, .. } => *ran != Ran::No,
+            Settled::Answered(answer) => !answer.interim,
+        }
     }
 
     fn weight(&self) -> usize {
@@ -310,6 +316,7 @@ mod tests {
             status: StatusCode::CREATED,
             headers: HeaderMap::new(),
             body: Bytes::from(body.to_string()),
+            interim: false,
         })
     }
 
@@ -383,6 +390,23 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_interim_answer_is_delivered_but_not_kept() {
+        let dedupe = Dedupe::new(1 << 20, 1 << 16, Clock::fake());
+        let args = Args::from(json!({}));
+        let first = lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
+        let waiting = first.flight();
+        first.settle(Settled::Answered(Buffered {
+            status: http::StatusCode::OK,
+            headers: http::HeaderMap::new(),
+            body: Bytes::from_static(b"input_required"),
+            interim: true,
+        }));
+        assert!(waiting.settled().is_some(), "those waiting get it");
+        // The next identical call leads: nothing was kept to replay.
+        lead(dedupe.claim(&mk_call(&args, None), WINDOW).unwrap());
     }
 
     #[test]

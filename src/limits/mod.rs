@@ -53,6 +53,9 @@ pub struct Call<'a> {
     pub tool: &'a str,
     pub idempotency_key: Option<&'a str>,
     args: &'a Args,
+    /// What makes this call a later round of a multi-round call (MCP's `inputResponses`
+    /// and `requestState`): part of what "the same call" means.
+    round: Option<&'a serde_json::Value>,
     /// Computed on first use: an idempotent call without a session never needs it, and
     /// digesting the canonical arguments is a good part of a small call's cost.
     fingerprint: OnceLock<Key>,
@@ -72,16 +75,26 @@ impl<'a> Call<'a> {
             tool,
             idempotency_key,
             args,
+            round: None,
             fingerprint: OnceLock::new(),
         }
     }
 
+    /// The call as a later round of a multi-round call: a retry that carries the input
+    /// the server asked for is a new call, never a duplicate of the round before.
+    pub fn in_round(mut self, round: Option<&'a serde_json::Value>) -> Call<'a> {
+        self.round = round;
+        self
+    }
+
     pub fn fingerprint(&self) -> Key {
         *self.fingerprint.get_or_init(|| {
-            KeyBuilder::new("call")
-                .text(self.tool)
-                .json(self.args.value())
-                .finish()
+            let mut key = KeyBuilder::new("call");
+            key.text(self.tool).json(self.args.value());
+            if let Some(round) = self.round {
+                key.text("round").json(round);
+            }
+            key.finish()
         })
     }
 }

@@ -142,6 +142,7 @@ mod tests {
             status: http::StatusCode::OK,
             headers: http::HeaderMap::new(),
             body: bytes::Bytes::from_static(b"{}"),
+            interim: false,
         })
     }
 

@@ -158,6 +158,7 @@ pub async fn send_buffered(
             status,
             headers,
             body: Bytes::new(),
+            interim: false,
         });
     }
     let remaining = deadline
@@ -170,6 +171,7 @@ pub async fn send_buffered(
             // A copy: the received bytes may be a slice of the connection's whole read
             // buffer, which would stay allocated for the dedupe window.
             body: Bytes::copy_from_slice(&body),
+            interim: false,
         }),
         Err(ReadError::TooLarge(n)) => Settled::Failed {
             reject: Reject::new(

@@ -270,6 +270,26 @@ async fn call(seen: &Seen, id: &Value, hold: &Arc<Notify>) -> Response<Body> {
             };
             sse(vec![event(&progress)], vec![event(&done)], hold)
         }
+        // A multi-round call (2026-07-28): input first, then the result.
+        "ask_twice" => match params.get("inputResponses") {
+            None => json_body(
+                200,
+                &result(
+                    id,
+                    json!({"resultType": "input_required", "requestState": "round-1",
+                           "inputRequests": {"confirm": {"method": "elicitation/create",
+                               "params": {"message": "sure?", "requestedSchema": {"type": "object"}}}}}),
+                ),
+            ),
+            Some(responses) => json_body(
+                200,
+                &result(
+                    id,
+                    json!({"resultType": "complete", "content": [{"type": "text",
+                           "text": format!("done with {responses} after {}", params["requestState"])}]}),
+                ),
+            ),
+        },
         "create_issue" => {
             let args = params["arguments"].clone();
             json_body(

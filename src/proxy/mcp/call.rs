@@ -35,6 +35,8 @@ pub struct Permit<'s> {
     pub policy: &'s Policy,
     /// The validated arguments (defaults filled), for session and duplicate keys.
     pub args: Args,
+    /// A later round of a multi-round call: its `inputResponses` and `requestState`.
+    pub round: Option<Value>,
     pub body: Bytes,
 }
 
@@ -68,6 +70,7 @@ pub fn decide<'s>(
         .filter(|a| !a.is_null())
         .map_or_else(|| Args::from(empty_args()), Args::from);
     outcome.proposed(&snapshot.contract(tool).tool, &args);
+    let round = round_of(message);
     let proposal = Proposal {
         tool,
         args,
@@ -95,8 +98,23 @@ pub fn decide<'s>(
         contract: verdict.contract,
         policy: verdict.policy,
         args: args.into_args(),
+        round,
         body,
     })
+}
+
+/// What a retry of a multi-round call (2026-07-28) carries besides the arguments: the
+/// answers to the server's `inputRequests` and its opaque `requestState`. Forwarded as
+/// they came; they make the retry a new round rather than a duplicate.
+fn round_of(message: &Message) -> Option<Value> {
+    let params = message.params()?;
+    let mut round = Map::new();
+    for field in ["inputResponses", "requestState"] {
+        if let Some(value) = params.get(field).filter(|v| !v.is_null()) {
+            round.insert(field.into(), value.clone());
+        }
+    }
+    (!round.is_empty()).then_some(Value::Object(round))
 }
 
 /// Shapes the response to a tools/call; JSON-RPC errors pass as they are.

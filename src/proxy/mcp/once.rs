@@ -87,6 +87,7 @@ pub async fn collect(
                 status,
                 headers: HeaderMap::new(),
                 body: bytes,
+                interim: false,
             }),
             None => Settled::Failed {
                 reject: status_reject(status).unwrap_or_else(|| {
@@ -104,6 +105,9 @@ pub async fn collect(
         Ok(message) => Settled::Answered(Buffered {
             status: StatusCode::OK,
             headers: HeaderMap::new(),
+            // A round of a multi-round call asking for input (2026-07-28) is not the
+            // call's result: the retry that carries the input is a new round.
+            interim: asks_for_input(&message),
             body: Bytes::from(serde_json::to_vec(&message).unwrap_or_default()),
         }),
         Err(failure) => {
@@ -125,4 +129,13 @@ pub async fn collect(
             Settled::Failed { reject, ran }
         }
     }
+}
+
+/// Whether a tools/call answer is an `InputRequiredResult`: the server needs the client's
+/// input (`inputRequests`) before it can finish the call.
+pub fn asks_for_input(message: &Value) -> bool {
+    message
+        .pointer("/result/resultType")
+        .and_then(Value::as_str)
+        == Some("input_required")
 }

@@ -142,7 +142,8 @@ async fn forward_call(
         &contract.tool,
         &permit.args,
         key.as_deref(),
-    );
+    )
+    .in_round(permit.round.as_ref());
     let request = Outbound {
         method: Method::POST,
         tool: Some(&contract.tool),
