@@ -126,6 +126,7 @@ impl Sidecar {
                 .context("mcp")?,
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
             mcp_sessions: Default::default(),
+            mcp_pending: Default::default(),
             stragglers: Default::default(),
         });
 

@@ -935,3 +935,63 @@ async fn each_round_of_a_multi_round_call_is_forwarded() {
         .count();
     assert_eq!(rounds, 4, "{text}");
 }
+
+/// Resumption: a client whose stream broke mid-call resumes with `Last-Event-ID`, and
+/// the response the server replays is delivered, shaped by the contract of the call it
+/// answers; a replayed response that answers no call of the session is still dropped.
+#[tokio::test]
+async fn a_replayed_answer_on_a_resumed_stream_is_shaped_and_delivered() {
+    let backend = McpBackend::start().await;
+    let h = start(&backend).await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let session = post(&h, Some(OPS_TOKEN), &[], init)
+        .await
+        .header("mcp-session-id")
+        .to_string();
+    let in_session = [("mcp-session-id", session.as_str())];
+    // Call 5 (stream_logs: its contract redacts client_ip and keeps only `lines`)
+    // answers with an event stream, which breaks after its first chunk.
+    let broken = open(
+        &h,
+        "POST",
+        &in_session,
+        call(json!(5), "stream_logs", json!({})),
+    )
+    .await;
+    assert_eq!(broken.headers()["content-type"], "text/event-stream");
+    let mut stream = broken.into_body();
+    next_chunk(&mut stream).await;
+    drop(stream);
+    let resumed = [
+        ("mcp-session-id", session.as_str()),
+        ("last-event-id", "e-1"),
+    ];
+    let response = open(&h, "GET", &resumed, String::new()).await;
+    let text = String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes())
+        .into_owned();
+    let replay = text
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .find(|m| m["id"] == 5)
+        .unwrap_or_else(|| panic!("the replayed answer was delivered: {text}"));
+    let shaped = &replay["result"]["structuredContent"];
+    assert_eq!(shaped["lines"][0]["client_ip"], "[REDACTED]", "{text}");
+    assert!(shaped.get("host").is_none(), "{text}");
+    assert!(
+        !text.contains("10.1.2.3") && !text.contains("db-7"),
+        "{text}"
+    );
+    assert!(text.contains("notifications/progress"), "{text}");
+
+    // Another session made no call 5: the same replay is dropped there.
+    let other = post(&h, Some(OPS_TOKEN), &[], init)
+        .await
+        .header("mcp-session-id")
+        .to_string();
+    let resumed = [("mcp-session-id", other.as_str()), ("last-event-id", "e-1")];
+    let response = open(&h, "GET", &resumed, String::new()).await;
+    let text = String::from_utf8_lossy(&response.into_body().collect().await.unwrap().to_bytes())
+        .into_owned();
+    assert!(!text.contains("result"), "{text}");
+}

@@ -27,6 +27,8 @@ pub struct Gate {
     pub ledger: Ledger,
     /// Which agent each MCP session was issued to.
     pub mcp_sessions: crate::proxy::mcp::session::Sessions,
+    /// Which tool each call of a session called, for answers replayed on resumption.
+    pub mcp_pending: crate::proxy::mcp::pending::Pending,
     /// Calls finishing after their client left; shutdown waits for them.
     pub stragglers: crate::proxy::detach::Stragglers,
 }

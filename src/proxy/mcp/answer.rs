@@ -41,6 +41,11 @@ pub trait Rewrite: Send + Sync + 'static {
     fn answer(&mut self, message: Value) -> Value;
     /// The message to deliver when the response can't arrive.
     fn failed(&mut self, failure: Failure) -> Value;
+    /// On a resumed stream: the message to deliver for a replayed response, or `None` to
+    /// drop one that can't be tied to a call (and so can't be checked).
+    fn replayed(&mut self, _message: Value) -> Option<Value> {
+        None
+    }
 }
 
 /// Re-emits an SSE body, rewriting the response to request `id`. Until that response
@@ -69,14 +74,21 @@ pub fn rewrite_sse<R: Rewrite, B: Upstream>(
 }
 
 /// Re-emits a resumed GET stream (`Last-Event-ID`) without the responses it replays:
-/// they answer calls and listings whose streams broke, and on this stream toolgate can't
-/// tell which, so it can't shape or filter them. Requests and notifications pass.
+/// they answer calls and listings whose streams broke, and without knowing which,
+/// toolgate can't shape or filter them. Requests and notifications pass.
 pub fn without_responses<B: Upstream>(incoming: B, max_event: usize) -> Body {
+    resumed(incoming, Unchecked, max_event)
+}
+
+/// Re-emits a resumed GET stream (`Last-Event-ID`): requests and notifications pass, and
+/// each replayed response goes through [`Rewrite::replayed`], which shapes one it can tie
+/// to its call and drops the rest.
+pub fn resumed<R: Rewrite, B: Upstream>(incoming: B, rewrite: R, max_event: usize) -> Body {
     into_body(Stream {
         incoming,
         parser: Parser::new(max_event),
         id: Value::Null,
-        rewrite: Unchecked,
+        rewrite,
         answered: false,
         eof: false,
         done: false,
@@ -182,8 +194,11 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
             return Some(event.raw);
         }
         if self.drop_responses {
-            tracing::warn!("dropping a replayed response toolgate can't check");
-            return None;
+            let Some(message) = self.rewrite.replayed(value) else {
+                tracing::warn!("dropping a replayed response toolgate can't check");
+                return None;
+            };
+            return Some(event.with_data(&serde_json::to_string(&message).unwrap_or_default()));
         }
         self.answered = true;
         let message = self

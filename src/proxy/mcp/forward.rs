@@ -11,15 +11,19 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::answer;
+use super::call::shape_answer;
 use super::jsonrpc::Message;
 use super::reply::{Refusal, INTERNAL_ERROR};
 use super::{modern, Exchange};
+use crate::policy::Snapshot;
 use crate::proxy::body::Body;
+use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::upstream::{failure_reject, status_reject, Failure};
@@ -92,7 +96,8 @@ pub fn stream_through(response: Response<Incoming>) -> Response<Body> {
 }
 
 /// GET (the server's event stream) and DELETE (session end). A GET that resumes a broken
-/// stream may replay responses; those are dropped ([`answer::without_responses`]).
+/// stream may replay responses: one that answers a call of this session is shaped by
+/// that call's contract ([`Replayed`]), any other is dropped.
 pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
     let method = ex.parts.method.clone();
     let request = Outbound {
@@ -117,7 +122,14 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
         let (mut parts, incoming) = response.into_parts();
         clean(&mut parts.headers);
         parts.headers.remove(header::CONTENT_LENGTH);
-        let body = answer::without_responses(incoming, ex.gate.limits.max_response_bytes);
+        let replayed = Replayed {
+            gate: ex.gate.clone(),
+            snapshot: ex.snapshot.clone(),
+            session: ex.mcp_session().unwrap_or_default().to_string(),
+            trace_id: ex.trace_id().to_string(),
+            modern: ex.modern,
+        };
+        let body = answer::resumed(incoming, replayed, ex.gate.limits.max_response_bytes);
         return Ok(Response::from_parts(parts, body));
     }
     Ok(stream_through(response))
@@ -208,5 +220,37 @@ pub async fn notify(ex: &Exchange<'_>, message: &Message) {
     };
     if let Err(failure) = send(ex, request).await {
         tracing::debug!(?failure, "a batched notification did not reach the backend");
+    }
+}
+
+/// The responses a resumed stream replays, tied back to the calls of the session that
+/// they answer.
+struct Replayed {
+    gate: Arc<Gate>,
+    snapshot: Option<Arc<Snapshot>>,
+    session: String,
+    trace_id: String,
+    modern: bool,
+}
+
+impl answer::Rewrite for Replayed {
+    fn answer(&mut self, message: Value) -> Value {
+        message
+    }
+
+    fn failed(&mut self, _: answer::Failure) -> Value {
+        Value::Null
+    }
+
+    fn replayed(&mut self, message: Value) -> Option<Value> {
+        let id = message.get("id")?;
+        let tool = self.gate.mcp_pending.tool(&self.session, id)?;
+        let snapshot = self.snapshot.as_ref()?;
+        let contract = snapshot.contract(snapshot.tool(&tool)?);
+        let id = id.clone();
+        Some(match shape_answer(contract, message) {
+            Ok(shaped) => shaped,
+            Err(reject) => Refusal::of_call(reject).message(&id, &self.trace_id, self.modern),
+        })
     }
 }

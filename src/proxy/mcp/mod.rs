@@ -28,6 +28,7 @@ pub mod live;
 pub mod modern;
 pub mod once;
 pub mod origin;
+pub mod pending;
 pub mod reply;
 pub mod session;
 pub mod sse;

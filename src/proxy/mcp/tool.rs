@@ -134,6 +134,12 @@ async fn forward_call(
     outcome.mcp_message("tools/call", message.id.as_ref());
     let permit = call::decide(ex, &snapshot, message, original, outcome)?;
     let contract = permit.contract;
+    // Its answer may come back on a resumed stream instead (`pending`).
+    if let (Some(session), Some(id), false) = (ex.mcp_session(), &message.id, split) {
+        ex.gate
+            .mcp_pending
+            .record(session, id, &contract.tool, contract.timeout);
+    }
     let key = idempotency_key(&ex.parts.headers)
         .map_err(|m| Refusal::of_call(Reject::new(Code::MalformedRequest, m)))?;
     let limited = Call::new(
