@@ -276,3 +276,52 @@ async fn a_backend_failure_marks_the_server_span_as_an_error() {
     assert_ne!(fine.status.as_ref().map(|s| s.code), Some(2));
     h.stop().await;
 }
+
+/// A client span stands for a request really sent: a replayed duplicate, answered from
+/// the first call, has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_requests_really_sent_have_client_spans() {
+    let (collector, endpoint, _server) = Collector::grpc().await;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    let body = r#"{"project_key": "OPS", "title": "disk full"}"#;
+    let first = h.call("POST", "/issues", Some(OPS_TOKEN), &[], body).await;
+    let again = h.call("POST", "/issues", Some(OPS_TOKEN), &[], body).await;
+    assert_eq!(again.status, first.status, "{}", again.text);
+    assert_eq!(again.header("x-toolgate-replayed"), "true");
+    let server_spans = || {
+        collector
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| {
+                s.kind == 2 && attr(s, "gen_ai.tool.name").as_deref() == Some("create_issue")
+            })
+            .count()
+    };
+    for _ in 0..100 {
+        if server_spans() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server_spans(), 2, "both calls have their server span");
+    let client_spans = collector
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.kind == 3)
+        .count();
+    assert_eq!(client_spans, 1, "one request reached the backend");
+    assert_eq!(backend.seen.lock().unwrap().len(), 1);
+    h.stop().await;
+}

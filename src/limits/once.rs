@@ -47,7 +47,9 @@ pub async fn run<S>(
 where
     S: Future<Output = Settled> + Send + 'static,
 {
-    start(dedupe, call, window, admit, send)?.wait(wait).await
+    start(dedupe, call, window, admit, move || send)?
+        .wait(wait)
+        .await
 }
 
 /// A call claimed and, if it leads, sent: what is left is waiting for its outcome.
@@ -59,14 +61,16 @@ pub enum Started {
 }
 
 /// The first half of [`run`]: claims the call and, when it leads, admits it and spawns
-/// `send`, without waiting. A lead that streams its progress live (MCP) delivers while
+/// the send `send` makes, without waiting. `send` is called only for a lead that was
+/// admitted, so nothing about sending (a client span, the request) exists for a
+/// duplicate or a refusal. A lead that streams its progress live (MCP) delivers while
 /// the send runs, then waits for the outcome itself.
 pub fn start<S>(
     dedupe: &Dedupe,
     call: &Call<'_>,
     window: Duration,
     admit: impl FnOnce() -> Result<(), Reject>,
-    send: S,
+    send: impl FnOnce() -> S,
 ) -> Result<Started, Reject>
 where
     S: Future<Output = Settled> + Send + 'static,
@@ -82,6 +86,7 @@ where
                 return Err(reject);
             }
             let flight = lead.flight();
+            let send = send();
             tokio::spawn(async move {
                 let settled = send.await;
                 lead.settle(settled);

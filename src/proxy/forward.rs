@@ -26,7 +26,7 @@ use crate::proxy::exchange::{send_retrying, Exchange};
 use crate::proxy::gate::Gate;
 use crate::proxy::stage::session;
 use crate::proxy::upstream::{failure_reject, Upstream};
-use crate::telemetry::spans::ClientSpan;
+use crate::telemetry::spans::CallSpan;
 use crate::vocab::Reject;
 
 /// A permitted call, ready to send.
@@ -37,8 +37,10 @@ pub struct Plan<'a> {
     /// The call as limits see it (agent, session, tool, arguments, idempotency key).
     pub call: &'a Call<'a>,
     pub exchange: Exchange,
-    /// The backend call's client span, started by the caller (it names the span).
-    pub span: ClientSpan,
+    /// The call's server span, and the name of the client span a send starts under it:
+    /// started only when the request is really sent, so a duplicate or a refusal has none.
+    pub parent: &'a CallSpan,
+    pub span_name: String,
     /// An idempotent call may be retried where its answer can't yet have been seen (a
     /// failed connect, a 503). MCP sends once: its answer may be a stream already
     /// relayed in part.
@@ -92,13 +94,17 @@ where
         contract,
         policy,
         call,
-        exchange,
-        span,
+        mut exchange,
+        parent,
+        span_name,
         retry,
         live,
     } = plan;
     if contract.idempotent {
         let shadowed = session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?;
+        let span = gate
+            .tracing
+            .start_client(parent, span_name, &mut exchange.headers);
         let sent = Instant::now();
         let response = if retry {
             send_retrying(&gate.upstream, &exchange, contract.timeout).await
@@ -117,23 +123,29 @@ where
     // At most once. The send runs detached, bounded by the dedupe window, so a duplicate
     // can still get its answer after this request stops waiting.
     let window = contract.dedupe_window.max(contract.timeout);
-    let buffered = buffer(
-        gate.upstream.clone(),
-        exchange,
-        window,
-        gate.limits.max_response_bytes,
-    );
-    let metrics = gate.metrics.clone();
-    let tool = contract.tool.clone();
-    let send = async move {
-        let sent = Instant::now();
-        let settled = buffered.await;
-        metrics.record_upstream(&tool, sent.elapsed());
-        span.end(match &settled {
-            Settled::Answered(answer) => Some(answer.status.as_u16()),
-            Settled::Failed { .. } => None,
-        });
-        settled
+    // Made only for a lead the session admitted: the one request really sent.
+    let send = || {
+        let span = gate
+            .tracing
+            .start_client(parent, span_name, &mut exchange.headers);
+        let buffered = buffer(
+            gate.upstream.clone(),
+            exchange,
+            window,
+            gate.limits.max_response_bytes,
+        );
+        let metrics = gate.metrics.clone();
+        let tool = contract.tool.clone();
+        async move {
+            let sent = Instant::now();
+            let settled = buffered.await;
+            metrics.record_upstream(&tool, sent.elapsed());
+            span.end(match &settled {
+                Settled::Answered(answer) => Some(answer.status.as_u16()),
+                Settled::Failed { .. } => None,
+            });
+            settled
+        }
     };
     let mut shadowed = None;
     let mut denied = false;

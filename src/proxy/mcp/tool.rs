@@ -157,12 +157,8 @@ async fn forward_call(
         split,
         timeout: contract.timeout,
     };
-    let (path_and_query, mut headers) = forward::outbound(ex, &request);
+    let (path_and_query, headers) = forward::outbound(ex, &request);
     let span_name = format!("tools/call {}", contract.tool);
-    let span = ex
-        .gate
-        .tracing
-        .start_client(outcome.span(), span_name, &mut headers);
     // The lead of a call that runs at most once streams its progress as it comes; a
     // batch element is collected whole.
     let live = !contract.idempotent && !split;
@@ -185,7 +181,8 @@ async fn forward_call(
             headers,
             body: request.body,
         },
-        span,
+        parent: outcome.span(),
+        span_name,
         retry: false,
     };
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer

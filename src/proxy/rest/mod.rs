@@ -92,22 +92,19 @@ pub async fn handle(
     } else {
         body
     };
-    let mut exchange =
-        respond::exchange(&parts, body, &agent.id, session.as_deref(), &contract.tool);
+    let exchange = respond::exchange(&parts, body, &agent.id, session.as_deref(), &contract.tool);
     let route = contract
         .http
         .as_ref()
         .map_or(exchange.path_and_query.as_str(), |(_, t)| t.as_str());
     let span_name = format!("{} {route}", exchange.method);
-    let span = gate
-        .tracing
-        .start_client(outcome.span(), span_name, &mut exchange.headers);
     let plan = Plan {
         contract,
         policy: verdict.policy,
         call: &limited,
         exchange,
-        span,
+        parent: outcome.span(),
+        span_name,
         retry: true,
         live: false,
     };
