@@ -1,8 +1,11 @@
 //! Spans exported to a real OTLP receiver, metrics scraped as Prometheus text, and
 //! telemetry that can't slow calls down when the collector is gone.
 
+#[path = "common/mcp_backend.rs"]
+mod backend;
 mod common;
 
+use backend::McpBackend;
 use common::collector::{attr, Collector};
 use common::*;
 use std::time::{Duration, Instant};
@@ -42,7 +45,7 @@ async fn spans_of_allowed_and_refused_calls_reach_the_collector() {
     refused.assert_refused("TOOL_NOT_ALLOWED", 403);
 
     let server = collector
-        .wait_for(|s| s.name == "execute_tool read_logs")
+        .wait_for(|s| s.kind == 2 && s.name == "GET /logs/{service}")
         .await;
     assert_eq!(
         hex::encode(&server.trace_id),
@@ -58,6 +61,16 @@ async fn spans_of_allowed_and_refused_calls_reach_the_collector() {
     for (key, value) in [
         ("gen_ai.operation.name", "execute_tool"),
         ("gen_ai.tool.name", "read_logs"),
+        ("gen_ai.tool.type", "extension"),
+        ("http.request.method", "GET"),
+        ("http.route", "/logs/{service}"),
+        ("url.path", "/logs/REDACTED"),
+        ("url.scheme", "http"),
+        ("http.response.status_code", "200"),
+        ("network.protocol.name", "http"),
+        ("network.protocol.version", "1.1"),
+        ("server.address", "127.0.0.1"),
+        ("client.address", "127.0.0.1"),
         ("toolgate.agent.id", "ops-bot"),
         ("toolgate.decision", "allow"),
         ("toolgate.policy.version", "1"),
@@ -89,13 +102,19 @@ async fn spans_of_allowed_and_refused_calls_reach_the_collector() {
     );
 
     let denied = collector
-        .wait_for(|s| s.name == "execute_tool admin_reset")
+        .wait_for(|s| s.kind == 2 && s.name == "POST /admin/reset")
         .await;
     assert_eq!(attr(&denied, "toolgate.decision").as_deref(), Some("deny"));
     assert_eq!(
         attr(&denied, "toolgate.code").as_deref(),
         Some("TOOL_NOT_ALLOWED")
     );
+    assert_eq!(
+        attr(&denied, "error.type").as_deref(),
+        Some("TOOL_NOT_ALLOWED"),
+        "a failed span says why"
+    );
+    assert_eq!(attr(&server, "error.type"), None);
     assert_eq!(
         hex::encode(&denied.trace_id),
         refused.json["error"]["traceId"].as_str().unwrap(),
@@ -126,7 +145,7 @@ async fn spans_export_over_otlp_http() {
         200
     );
     collector
-        .wait_for(|s| s.name == "execute_tool read_logs")
+        .wait_for(|s| s.kind == 2 && s.name == "GET /logs/{service}")
         .await;
     h.stop().await;
 }
@@ -262,7 +281,7 @@ async fn a_backend_failure_marks_the_server_span_as_an_error() {
         200
     );
     let failed = collector
-        .wait_for(|s| s.name == "execute_tool get_report")
+        .wait_for(|s| s.kind == 2 && s.name == "GET /reports/{id}")
         .await;
     assert_eq!(attr(&failed, "toolgate.decision").as_deref(), Some("allow"));
     assert_eq!(
@@ -270,8 +289,12 @@ async fn a_backend_failure_marks_the_server_span_as_an_error() {
         Some(2),
         "STATUS_CODE_ERROR"
     );
+    assert_eq!(
+        attr(&failed, "error.type").as_deref(),
+        Some("BACKEND_ERROR")
+    );
     let fine = collector
-        .wait_for(|s| s.name == "execute_tool read_logs")
+        .wait_for(|s| s.kind == 2 && s.name == "GET /logs/{service}")
         .await;
     assert_ne!(fine.status.as_ref().map(|s| s.code), Some(2));
     h.stop().await;
@@ -323,5 +346,65 @@ async fn only_requests_really_sent_have_client_spans() {
         .count();
     assert_eq!(client_spans, 1, "one request reached the backend");
     assert_eq!(backend.seen.lock().unwrap().len(), 1);
+    h.stop().await;
+}
+
+/// MCP spans are named by method and target, carry the JSON-RPC id as
+/// `jsonrpc.request.id`, and GenAI attributes only when a tool is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_spans_follow_the_mcp_conventions() {
+    let (collector, endpoint, _server) = Collector::grpc().await;
+    let backend = McpBackend::start().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_logs","arguments":{}}}"#;
+    let headers = [("mcp-protocol-version", "2025-11-25")];
+    assert_eq!(
+        h.call("POST", "/mcp", Some(OPS_TOKEN), &headers, init)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        h.call("POST", "/mcp", Some(OPS_TOKEN), &headers, call)
+            .await
+            .status,
+        200
+    );
+    let tool = collector
+        .wait_for(|s| s.kind == 2 && s.name == "tools/call read_logs")
+        .await;
+    for (key, value) in [
+        ("mcp.method.name", "tools/call"),
+        ("jsonrpc.request.id", "7"),
+        ("mcp.protocol.version", "2025-11-25"),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("gen_ai.tool.name", "read_logs"),
+        ("http.response.status_code", "200"),
+    ] {
+        assert_eq!(attr(&tool, key).as_deref(), Some(value), "{key}");
+    }
+    assert_eq!(attr(&tool, "gen_ai.tool.call.id"), None);
+    let handshake = collector
+        .wait_for(|s| s.kind == 2 && s.name == "initialize")
+        .await;
+    assert_eq!(
+        attr(&handshake, "mcp.method.name").as_deref(),
+        Some("initialize")
+    );
+    assert_eq!(
+        attr(&handshake, "gen_ai.operation.name"),
+        None,
+        "not a tool call"
+    );
+    assert_eq!(attr(&handshake, "gen_ai.tool.name"), None);
     h.stop().await;
 }

@@ -1,6 +1,7 @@
 //! The data plane: the agent listener and the pipeline every tool call goes through.
 
 pub mod body;
+pub mod conventions;
 pub mod decide;
 pub mod detach;
 pub mod exchange;

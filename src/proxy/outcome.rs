@@ -11,7 +11,9 @@ use std::time::Instant;
 
 use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
+use crate::policy::contract::Contract;
 use crate::proxy::body::Body;
+use crate::proxy::conventions;
 use crate::proxy::govern::Verdict;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
 use crate::telemetry::metrics::{self, Metrics};
@@ -40,6 +42,17 @@ pub struct Outcome {
     /// An audit log is kept: with `audit.path: off` the record (and the digest of the
     /// arguments, which only the record uses) is never built.
     audited: bool,
+    /// What the span needs of the request, kept only while the span is exported.
+    request: Option<Box<conventions::Request>>,
+    /// MCP: what a message other than tools/call names (a prompt), for the span's name.
+    target: Option<String>,
+    /// REST: the route the call matched; the tool's description.
+    route: Option<String>,
+    tool_description: Option<String>,
+    /// The HTTP status the agent got.
+    status: Option<u16>,
+    /// An MCP tool answered `isError: true`.
+    tool_error: bool,
 }
 
 impl Outcome {
@@ -62,6 +75,19 @@ impl Outcome {
             upstream_status: None,
             replayed: false,
             audited,
+            request: None,
+            target: None,
+            route: None,
+            tool_description: None,
+            status: None,
+            tool_error: false,
+        }
+    }
+
+    /// The request the call came in, for the span.
+    pub fn requested(&mut self, parts: &http::request::Parts) {
+        if self.span.is_recording() {
+            self.request = Some(Box::new(conventions::Request::of(parts)));
         }
     }
 
@@ -95,19 +121,30 @@ impl Outcome {
         self.span.event("identified", vec![]);
     }
 
-    /// An MCP message: its JSON-RPC method and id, for the span.
-    pub fn mcp_message(&mut self, method: &str, id: Option<&serde_json::Value>) {
+    /// An MCP message: its JSON-RPC method, id and (beyond tools/call) what it names, for
+    /// the span.
+    pub fn mcp_message(
+        &mut self,
+        method: &str,
+        id: Option<&serde_json::Value>,
+        target: Option<&str>,
+    ) {
         self.mcp_method = Some(method.to_string());
+        self.target = target.map(str::to_string);
         self.call_id = id.map(|id| match id {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         });
     }
 
-    /// The tool and arguments are known: name the span after the tool, digest the
-    /// arguments for the record.
-    pub fn proposed(&mut self, tool: &str, args: &Args) {
-        self.span.set_name(tool);
+    /// The tool and arguments are known: the span is a tool call's, and the record keeps
+    /// the arguments' digest.
+    pub fn proposed(&mut self, contract: &Contract, args: &Args) {
+        let tool = contract.tool.as_str();
+        if self.span.is_recording() {
+            self.route = contract.http.as_ref().map(|(_, route)| route.clone());
+            self.tool_description = contract.description.clone();
+        }
         self.tool = Some(tool.to_string());
         if self.audited {
             self.args_digest = Some(args_digest(args.value()));
@@ -134,6 +171,11 @@ impl Outcome {
         if self.code.is_none() {
             self.code = Some(reject.code);
         }
+    }
+
+    /// The MCP tool answered `isError: true`: the call ran, and failed as the tool saw it.
+    pub fn tool_error(&mut self) {
+        self.tool_error = true;
     }
 
     /// A message that is not a tool call was let through (MCP handshake, listing, streams,
@@ -190,17 +232,16 @@ impl Outcome {
         self.tool.as_deref()
     }
 
-    /// Span attributes (docs/observability.md); never argument values.
-    fn span_attributes(&self) -> Vec<KeyValue> {
+    /// The span's name and attributes (docs/observability.md); never argument values.
+    fn end_span(&self, failed: bool) {
+        let error_type = match (failed, self.code) {
+            (false, _) => None,
+            (true, Some(code)) => Some(code.as_str()),
+            (true, None) if self.tool_error => Some("tool_error"),
+            (true, None) => Some("_OTHER"),
+        };
         let mut attributes = vec![KeyValue::new("toolgate.decision", self.decision.as_str())];
         let optional = [
-            ("gen_ai.tool.name", self.tool.clone()),
-            ("gen_ai.tool.call.id", self.call_id.clone()),
-            ("mcp.method.name", self.mcp_method.clone()),
-            (
-                "mcp.session.id",
-                self.mcp_method.as_ref().and(self.session.clone()),
-            ),
             ("toolgate.agent.id", self.agent.clone()),
             ("toolgate.code", self.code.map(|c| c.as_str().to_string())),
             ("toolgate.rule", self.rule.clone()),
@@ -216,7 +257,30 @@ impl Outcome {
         if let Some(status) = self.upstream_status {
             attributes.push(KeyValue::new("toolgate.upstream.status", status as i64));
         }
-        attributes
+        let Some(request) = &self.request else {
+            self.span.end(attributes, failed);
+            return;
+        };
+        let is_call = self.mcp_method.as_deref() == Some("tools/call");
+        let call = conventions::Call {
+            request,
+            mcp_method: self.mcp_method.as_deref(),
+            target: if is_call {
+                self.tool.as_deref()
+            } else {
+                self.target.as_deref()
+            },
+            jsonrpc_id: self.call_id.as_deref(),
+            session: self.mcp_method.as_ref().and(self.session.as_deref()),
+            route: self.route.as_deref(),
+            tool: self.tool.as_deref(),
+            tool_description: self.tool_description.as_deref(),
+            status: self.status,
+            error_type,
+        };
+        call.attributes(&mut attributes);
+        self.span.set_name(call.name());
+        self.span.end(attributes, failed);
     }
 
     /// Stamps the response, counts the call and writes its audit record.
@@ -234,7 +298,9 @@ impl Outcome {
         if self.replayed {
             headers.insert(REPLAYED, HeaderValue::from_static("true"));
         }
-        self.record(metrics, audit).await;
+        let mut outcome = self;
+        outcome.status = Some(response.status().as_u16());
+        outcome.record(metrics, audit).await;
         response
     }
 
@@ -260,9 +326,10 @@ impl Outcome {
                         | Code::BackendRejected
                         | Code::OutputContractViolation
                 )
-            });
+            })
+            || self.tool_error;
         if self.span.is_recording() {
-            self.span.end(self.span_attributes(), failed);
+            self.end_span(failed);
         }
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(

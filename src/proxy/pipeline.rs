@@ -77,6 +77,7 @@ async fn process(
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Reject> {
     let (parts, body) = request.into_parts();
+    outcome.requested(&parts);
     // Smuggling's shape (proxy::server::framing); the connection closes after the answer.
     if parts.extensions.get::<AmbiguousFraming>().is_some() {
         return Err(Reject::new(

@@ -96,7 +96,7 @@ pub async fn serve<H, Fut>(
             permit = slots.clone().acquire_owned() => match permit { Ok(p) => p, Err(_) => break },
             () = &mut shutdown => break,
         };
-        let (stream, _) = tokio::select! {
+        let (stream, client) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -108,6 +108,11 @@ pub async fn serve<H, Fut>(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let connection = stream.local_addr().ok().map(|server| Connection {
+            client,
+            server,
+            tls: tls.is_some(),
+        });
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let handler = handler.clone();
@@ -118,7 +123,11 @@ pub async fn serve<H, Fut>(
             match tls {
                 None => {
                     let io = TokioIo::new(Watched::new(stream, tally.clone()));
-                    serve_io(&builder, watcher, io, handler, None, tally, head_timeout).await
+                    let peer = Peer {
+                        identity: None,
+                        connection,
+                    };
+                    serve_io(&builder, watcher, io, handler, peer, tally, head_timeout).await
                 }
                 Some(tls) => {
                     // The handshake gets the same budget as a request head: a client
@@ -135,6 +144,10 @@ pub async fn serve<H, Fut>(
                         return tracing::info!("client certificate names no agent; closing");
                     }
                     let io = TokioIo::new(Watched::new(stream, tally.clone()));
+                    let peer = Peer {
+                        identity: peer,
+                        connection,
+                    };
                     serve_io(&builder, watcher, io, handler, peer, tally, head_timeout).await
                 }
             }
@@ -150,14 +163,28 @@ pub async fn serve<H, Fut>(
     }
 }
 
-/// Serves one connection; a verified client identity and the [`AmbiguousFraming`] mark
-/// ride along in request extensions.
+/// The two ends of a connection, in each request's extensions (for the span).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connection {
+    pub client: std::net::SocketAddr,
+    pub server: std::net::SocketAddr,
+    pub tls: bool,
+}
+
+/// Who is on the other end of a connection.
+struct Peer {
+    identity: Option<PeerIdentity>,
+    connection: Option<Connection>,
+}
+
+/// Serves one connection; a verified client identity, the connection's ends and the
+/// [`AmbiguousFraming`] mark ride along in request extensions.
 async fn serve_io<I, H, Fut>(
     builder: &auto::Builder<TokioExecutor>,
     watcher: Watcher,
     io: I,
     handler: H,
-    peer: Option<PeerIdentity>,
+    peer: Peer,
     tally: Arc<Tally>,
     first_request: Duration,
 ) where
@@ -167,8 +194,11 @@ async fn serve_io<I, H, Fut>(
 {
     let served = tally.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
-        if let Some(peer) = &peer {
-            request.extensions_mut().insert(peer.clone());
+        if let Some(identity) = &peer.identity {
+            request.extensions_mut().insert(identity.clone());
+        }
+        if let Some(connection) = peer.connection {
+            request.extensions_mut().insert(connection);
         }
         let ambiguous = tally.next_is_ambiguous();
         if ambiguous {

@@ -1,5 +1,6 @@
-//! One OpenTelemetry server span per tool call (`execute_tool {tool}`), a client span for
-//! the backend call, and W3C trace context in and out.
+//! One OpenTelemetry server span per request (named at its end as the conventions say:
+//! `proxy::conventions`), a client span for the backend call, and W3C trace context in
+//! and out.
 //!
 //! The span's parent is the agent's `traceparent`; the backend receives the gateway's
 //! client span as its `traceparent`. Argument values are never attributes. With no
@@ -105,9 +106,9 @@ impl Tracing {
         };
         let parent = self.propagator.extract(&HeaderExtractor(headers));
         let span = tracer
-            .span_builder("execute_tool")
+            // Renamed at the end, once what the request was is known.
+            .span_builder("request")
             .with_kind(SpanKind::Server)
-            .with_attributes([KeyValue::new("gen_ai.operation.name", "execute_tool")])
             .start_with_context(tracer, &parent);
         let trace_id = span.span_context().trace_id().to_string();
         CallSpan {
@@ -179,9 +180,9 @@ impl CallSpan {
         }
     }
 
-    pub fn set_name(&self, tool: &str) {
+    pub fn set_name(&self, name: String) {
         if let Some(cx) = &self.cx {
-            cx.span().update_name(format!("execute_tool {tool}"));
+            cx.span().update_name(name);
         }
     }
 

@@ -69,7 +69,7 @@ pub fn decide<'s>(
         .and_then(|p| p.remove("arguments"))
         .filter(|a| !a.is_null())
         .map_or_else(|| Args::from(empty_args()), Args::from);
-    outcome.proposed(&snapshot.contract(tool).tool, &args);
+    outcome.proposed(snapshot.contract(tool), &args);
     let round = round_of(message);
     let proposal = Proposal {
         tool,

@@ -162,6 +162,15 @@ async fn single(
     outcome: &mut Outcome,
 ) -> Response<Body> {
     let id = message.reply_id();
+    if let Some(method) = message.method.as_deref() {
+        // What a prompt request names, for the span (tools/call: the tool).
+        let target = message
+            .params()
+            .and_then(|p| p.get("name"))
+            .and_then(serde_json::Value::as_str)
+            .filter(|_| method != "tools/call");
+        outcome.mcp_message(method, message.id.as_ref(), target);
+    }
     if let Err(refusal) = modern::check_headers(&ex.parts.headers, &message, ex.modern) {
         return ex.refuse(outcome, refusal, &id);
     }

@@ -54,7 +54,7 @@ pub async fn single(
             snapshot,
             tool,
             settled,
-        }) => once_response(&settled, snapshot.contract(tool), &id),
+        }) => once_response(&settled, snapshot.contract(tool), &id, outcome),
         Ok(Reply::Leading(leading)) => lead(ex, leading, &id, outcome).await,
         Err(refusal) => Err(refusal),
     };
@@ -80,6 +80,9 @@ pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
         ))),
         Err(refusal) => Err(refusal),
     };
+    if answer.as_ref().is_ok_and(is_tool_error) {
+        outcome.tool_error();
+    }
     let answer = answer.unwrap_or_else(|refusal| {
         outcome.refused(&refusal.reject);
         refusal.message(&id, ex.trace_id(), false)
@@ -131,7 +134,7 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
-    outcome.mcp_message("tools/call", message.id.as_ref());
+    outcome.mcp_message("tools/call", message.id.as_ref(), None);
     let permit = call::decide(ex, &snapshot, message, original, outcome)?;
     let contract = permit.contract;
     // Its answer may come back on a resumed stream instead (`pending`).
@@ -249,8 +252,12 @@ fn once_response(
     settled: &Settled,
     contract: &Contract,
     id: &Value,
+    outcome: &mut Outcome,
 ) -> Result<Response<Body>, Refusal> {
     once::answer(settled, contract, id).map(|(status, answer)| {
+        if is_tool_error(&answer) {
+            outcome.tool_error();
+        }
         let mut response =
             reply::json_bytes(Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()));
         *response.status_mut() = status;
@@ -282,7 +289,7 @@ async fn lead(
         Ok(_) => {
             let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
             let settled = flight.outcome(wait).await.ok_or_else(unknown)?;
-            return once_response(&settled, snapshot.contract(tool), id);
+            return once_response(&settled, snapshot.contract(tool), id, outcome);
         }
     };
     outcome.answered(StatusCode::OK.as_u16());
@@ -304,6 +311,11 @@ async fn lead(
     Ok(response)
 }
 
+/// Whether a tools/call answer is the tool's own error (`isError: true`).
+fn is_tool_error(message: &Value) -> bool {
+    message.pointer("/result/isError") == Some(&Value::Bool(true))
+}
+
 /// The refusal of a lead whose call did not settle within its timeout.
 fn unsettled(timeout: std::time::Duration) -> Reject {
     unknown_outcome(
@@ -317,7 +329,7 @@ async fn deliver(
     ex: &Exchange<'_>,
     live: Live,
     id: &Value,
-    outcome: &Outcome,
+    outcome: &mut Outcome,
 ) -> Result<Response<Body>, Refusal> {
     let max = ex.gate.limits.max_response_bytes;
     let Live {
@@ -350,6 +362,9 @@ async fn deliver(
                 .await
                 .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
+            if is_tool_error(&shaped) {
+                outcome.tool_error();
+            }
             let bytes = serde_json::to_vec(&shaped).unwrap_or_default();
             clean(&mut parts.headers);
             parts

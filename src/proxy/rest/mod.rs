@@ -57,7 +57,7 @@ pub async fn handle(
         &body,
         reads_args,
     )?;
-    outcome.proposed(&snapshot.contract(call.tool).tool, &call.args);
+    outcome.proposed(snapshot.contract(call.tool), &call.args);
     let agent = identify(
         &gate.identity,
         &parts.headers,
