@@ -16,6 +16,7 @@ use crate::proxy::body::Body;
 use crate::proxy::conventions;
 use crate::proxy::govern::Verdict;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
+use crate::telemetry::attributes;
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::spans::CallSpan;
 use crate::vocab::{Args, Code, Decision, Reject};
@@ -118,7 +119,7 @@ impl Outcome {
     /// The caller is known.
     pub fn identified(&mut self, agent: &str) {
         self.agent = Some(agent.to_string());
-        self.span.event("identified", vec![]);
+        self.span.event(attributes::IDENTIFIED, vec![]);
     }
 
     /// An MCP message: its JSON-RPC method, id and (beyond tools/call) what it names, for
@@ -149,7 +150,7 @@ impl Outcome {
         if self.audited {
             self.args_digest = Some(args_digest(args.value()));
         }
-        self.span.event("classified", vec![]);
+        self.span.event(attributes::CLASSIFIED, vec![]);
     }
 
     /// The gate let the call run.
@@ -159,7 +160,7 @@ impl Outcome {
             self.code = Some(reject.code);
             self.rule = reject.rule.clone();
         } else {
-            self.span.event("allowed", vec![]);
+            self.span.event(attributes::ALLOWED, vec![]);
         }
         self.captured_args = verdict.captured.clone();
     }
@@ -240,11 +241,11 @@ impl Outcome {
             (true, None) if self.tool_error => Some("tool_error"),
             (true, None) => Some("_OTHER"),
         };
-        let mut attributes = vec![KeyValue::new("toolgate.decision", self.decision.as_str())];
+        let mut attributes = vec![KeyValue::new(attributes::DECISION, self.decision.as_str())];
         let optional = [
-            ("toolgate.agent.id", self.agent.clone()),
-            ("toolgate.code", self.code.map(|c| c.as_str().to_string())),
-            ("toolgate.rule", self.rule.clone()),
+            (attributes::AGENT_ID, self.agent.clone()),
+            (attributes::CODE, self.code.map(|c| c.as_str().to_string())),
+            (attributes::RULE, self.rule.clone()),
         ];
         for (key, value) in optional {
             if let Some(value) = value {
@@ -252,10 +253,10 @@ impl Outcome {
             }
         }
         if let Some(version) = self.policy_version {
-            attributes.push(KeyValue::new("toolgate.policy.version", version as i64));
+            attributes.push(KeyValue::new(attributes::POLICY_VERSION, version as i64));
         }
         if let Some(status) = self.upstream_status {
-            attributes.push(KeyValue::new("toolgate.upstream.status", status as i64));
+            attributes.push(KeyValue::new(attributes::UPSTREAM_STATUS, status as i64));
         }
         let Some(request) = &self.request else {
             self.span.end(attributes, failed);
@@ -310,8 +311,8 @@ impl Outcome {
         let elapsed = self.started.elapsed();
         if let Some(code) = self.code {
             self.span.event(
-                "refused",
-                vec![KeyValue::new("toolgate.code", code.as_str())],
+                attributes::REFUSED,
+                vec![KeyValue::new(attributes::CODE, code.as_str())],
             );
         }
         // An error span: refused, or allowed but failed by the backend. A shadow-deny that

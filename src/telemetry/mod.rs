@@ -1,5 +1,6 @@
 //! What the gateway tells operators: metrics, spans, trace context.
 
+pub mod attributes;
 pub mod batch;
 pub mod export;
 pub mod metrics;

@@ -1,0 +1,29 @@
+//! toolgate's own span attributes and span events: every name the code sets, in one
+//! place. They are declared for semantic-convention tooling in the Weaver registry
+//! `docs/telemetry/registry/toolgate.yaml`; `tests/reference.rs` fails when the two differ.
+
+pub const DECISION: &str = "toolgate.decision";
+pub const AGENT_ID: &str = "toolgate.agent.id";
+pub const CODE: &str = "toolgate.code";
+pub const RULE: &str = "toolgate.rule";
+pub const POLICY_VERSION: &str = "toolgate.policy.version";
+pub const UPSTREAM_STATUS: &str = "toolgate.upstream.status";
+
+/// Every `toolgate.*` attribute.
+pub const ATTRIBUTES: [&str; 6] = [
+    DECISION,
+    AGENT_ID,
+    CODE,
+    RULE,
+    POLICY_VERSION,
+    UPSTREAM_STATUS,
+];
+
+/// Span events marking the stages a call passed.
+pub const CLASSIFIED: &str = "classified";
+pub const IDENTIFIED: &str = "identified";
+pub const ALLOWED: &str = "allowed";
+pub const REFUSED: &str = "refused";
+
+/// Every span event.
+pub const EVENTS: [&str; 4] = [CLASSIFIED, IDENTIFIED, ALLOWED, REFUSED];
