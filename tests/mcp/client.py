@@ -8,6 +8,43 @@ Scenarios (one per run):
     call NAME JSON_ARGS   -> {"isError": bool, "structuredContent": ..., "content": [...], "protocolVersion": ...}
     resources             -> {"resources": [uri, ...], "protocolVersion": ...}
     prompts               -> {"prompts": [name, ...], "protocolVersion": ...}
+    call-interactive NAME JSON_ARGS [--repeat N] [--concurrent K] [--call-timeout S]
+                          -> one summary object, see below
+
+call-interactive: a session that serves the server's requests and records what arrives.
+Its ClientSession has a sampling callback (answers SAMPLED_TEXT from SAMPLED_MODEL), an
+elicitation callback (accepts ELICITED), a logging callback, and a progress callback
+per call (so every call carries a progressToken). It calls NAME N times in sequence
+(--repeat, default 1), or K identical calls at once (--concurrent K, default 1; N
+rounds of K). Every "{i}" in JSON_ARGS becomes the call's index (0-based), so repeated
+calls can differ: toolgate's never-twice would otherwise answer the same call in the
+same session with a replay. Each call has its own timeout (--call-timeout, default 10 s):
+a call that times out is a stall, reported and not waited on. After 3 failed calls
+(stalled, a JSON-RPC error, or a wrong result) the run stops ("aborted": true), so a
+broken path reports in seconds rather than running into --timeout. For each call it
+records, in arrival order, "progress", "log", "sampling", "elicitation", then "result"
+(or "stall" / "error"). Output:
+    {"calls": int,                 # calls finished (ok or not)
+     "ok": int,                    # result arrived, not isError, and correct for NAME
+     "stalls": int,                # calls with no answer within --call-timeout
+     "timeouts": int,              # calls answered with toolgate's BACKEND_TIMEOUT error
+     "errors": [str, ...] (first 5), "aborted": bool,
+     "order_violations": int,      # calls where an event came after the result, the
+                                   # result was missing, or --expect kinds were missing
+                                   # before it
+     "expect": [kind, ...],        # the kinds each call must see before its result
+                                   # (--expect, default progress,log,sampling,elicitation)
+     "first_order": [kind, ...],   # the first call's arrivals
+     "orders": {"k1,k2,...": count},  # every distinct arrival order, how often
+     "results": [structuredContent of each call of the first round],
+     "first_result": structuredContent of the first call,
+     "tool_responses": [{"content_type", "replayed"}] of the HTTP responses to tools/call
+                                   # (in arrival order; the first 10)
+     "replayed": int,              # tools/call responses with X-Toolgate-Replayed: true
+     "min_ms": int, "max_ms": int, "total_ms": int, "protocolVersion": str}
+"correct" for deliberate: structuredContent echoes the topic, opinion == SAMPLED_TEXT,
+model == SAMPLED_MODEL, approved/note == ELICITED, progress_sent == 3. For any other
+tool: not isError.
 
 A JSON-RPC error answering the scenario's request (the SDK raises MCPError) prints
     {"error": {"code": int, "message": str, "data": ...}, "http_status": int | null}
@@ -27,9 +64,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 import anyio
+import mcp.types as types
 from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
@@ -54,11 +93,25 @@ async def _run(args: argparse.Namespace, statuses: list[int]) -> dict[str, Any]:
     async def on_response(response: Any) -> None:
         if response.status_code >= 400:
             statuses.append(response.status_code)
+        if args.scenario == "call-interactive" and response.request.method == "POST":
+            try:
+                sent = json.loads(response.request.content or b"null")
+            except (ValueError, RuntimeError):
+                sent = None
+            if isinstance(sent, dict) and sent.get("method") == "tools/call":
+                TOOL_RESPONSES.append(
+                    {
+                        "content_type": response.headers.get("content-type", ""),
+                        "replayed": response.headers.get("x-toolgate-replayed") == "true",
+                    }
+                )
 
     http_client = create_mcp_http_client(headers=headers)
     http_client.event_hooks = {"response": [on_response]}
     async with http_client, streamable_http_client(args.url, http_client=http_client) as (read, write):
-        async with ClientSession(read, write) as session:
+        interactive = Interactive() if args.scenario == "call-interactive" else None
+        callbacks = interactive.callbacks() if interactive else {}
+        async with ClientSession(read, write, **callbacks) as session:
             if args.mode == "legacy":
                 await session.initialize()
             elif args.mode == "modern":
@@ -67,7 +120,10 @@ async def _run(args: argparse.Namespace, statuses: list[int]) -> dict[str, Any]:
                 await negotiate_auto(session)
             pv = session.protocol_version
             try:
-                out = await _scenario(session, args)
+                if interactive is not None:
+                    out = await interactive.run(session, args)
+                else:
+                    out = await _scenario(session, args)
             except MCPError as e:
                 out = {"error": {"code": e.code, "message": e.message, "data": e.data}}
                 out["http_status"] = statuses[-1] if statuses else None
@@ -97,6 +153,170 @@ async def _scenario(session: ClientSession, args: argparse.Namespace) -> dict[st
     raise SystemExit(f"unknown scenario {args.scenario!r}")
 
 
+SAMPLED_TEXT = "a fixed opinion from the client's model"
+SAMPLED_MODEL = "fixed-model-1"
+ELICITED = {"approved": True, "note": "fine by me"}
+DEFAULT_EXPECT = "progress,log,sampling,elicitation"
+MAX_FAILURES = 3
+# The HTTP responses to tools/call POSTs (call-interactive), filled by the response hook.
+TOOL_RESPONSES: list[dict[str, Any]] = []
+
+
+class Interactive:
+    """call-interactive: serves the server's requests, records what arrives for each call."""
+
+    def __init__(self) -> None:
+        # The event list of the call running now: session-wide callbacks (log, sampling,
+        # elicitation) land in it; progress has a callback per call.
+        self.current: list[str] | None = None
+        self.stray: list[str] = []  # arrivals while no call was running
+
+    def _record(self, kind: str) -> None:
+        (self.current if self.current is not None else self.stray).append(kind)
+
+    def callbacks(self) -> dict[str, Any]:
+        async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+            self._record("sampling")
+            return types.CreateMessageResult(
+                role="assistant",
+                content=types.TextContent(type="text", text=SAMPLED_TEXT),
+                model=SAMPLED_MODEL,
+                stop_reason="endTurn",
+            )
+
+        async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            self._record("elicitation")
+            return types.ElicitResult(action="accept", content=dict(ELICITED))
+
+        async def logging(params: types.LoggingMessageNotificationParams) -> None:
+            self._record("log")
+
+        return {"sampling_callback": sampling, "elicitation_callback": elicitation, "logging_callback": logging}
+
+    async def run(self, session: ClientSession, args: argparse.Namespace) -> dict[str, Any]:
+        if len(args.args) != 2:
+            raise SystemExit("usage: call-interactive NAME JSON_ARGS")
+        name, template = args.args
+        expect = [k for k in args.expect.split(",") if k]
+        calls = ok = stalls = timeouts = violations = 0
+        errors: list[str] = []
+        orders: dict[str, int] = {}
+        first_order: list[str] | None = None
+        results: list[Any] = []
+        durations: list[float] = []
+        aborted = False
+        started = time.monotonic()
+
+        async def one(i: int, events: list[str], slot: list[Any]) -> None:
+            async def progress(progress: float, total: float | None, message: str | None) -> None:
+                events.append("progress")
+
+            arguments = json.loads(template.replace("{i}", str(i)))
+            t0 = time.monotonic()
+            with anyio.move_on_after(args.call_timeout) as scope:
+                try:
+                    result = await session.call_tool(name, arguments, progress_callback=progress)
+                except MCPError as e:
+                    events.append("error")
+                    slot.append(("error", f"MCPError {e.code}: {e.message}"))
+                else:
+                    events.append("result")
+                    slot.append(("result", result, arguments))
+            if scope.cancelled_caught:
+                events.append("stall")
+                slot.append(("stall", f"call {i} got no result within {args.call_timeout} s"))
+            durations.append(time.monotonic() - t0)
+
+        for round_ in range(args.repeat):
+            # K identical calls at once share the round's index, so they are duplicates.
+            events_of = [[] for _ in range(args.concurrent)]
+            slots: list[list[Any]] = [[] for _ in range(args.concurrent)]
+            if args.concurrent == 1:
+                self.current = events_of[0]
+                await one(round_, events_of[0], slots[0])
+            else:
+                # Session-wide arrivals can't be told apart between concurrent calls:
+                # they are recorded in the first call's list.
+                self.current = events_of[0]
+                async with anyio.create_task_group() as tg:
+                    for k in range(args.concurrent):
+                        tg.start_soon(one, round_, events_of[k], slots[k])
+            # Late arrivals (after the result) still count against the call they follow.
+            await anyio.sleep(0)
+            self.current = None
+            for events, slot in zip(events_of, slots):
+                calls += 1
+                kind = slot[0][0] if slot else "stall"
+                if first_order is None:
+                    first_order = list(events)
+                key = ",".join(events)
+                orders[key] = orders.get(key, 0) + 1
+                if kind == "result":
+                    _, result, arguments = slot[0]
+                    if round_ == 0:
+                        results.append(result.structured_content)
+                    if _correct(name, result, arguments):
+                        ok += 1
+                    elif _timed_out(result):
+                        timeouts += 1
+                    elif len(errors) < 5:
+                        errors.append(f"call {round_}: wrong result {result.model_dump(mode='json', by_alias=True)}")
+                    before = events[: events.index("result")]
+                    if events[-1] != "result" or any(k not in before for k in expect):
+                        violations += 1
+                else:
+                    violations += 1
+                    if kind == "stall":
+                        stalls += 1
+                    if len(errors) < 5:
+                        errors.append(f"call {round_}: {slot[0][1] if slot else 'no outcome'}")
+            if calls - ok >= MAX_FAILURES:
+                aborted = True
+                break
+        return {
+            "calls": calls,
+            "ok": ok,
+            "stalls": stalls,
+            "timeouts": timeouts,
+            "errors": errors,
+            "aborted": aborted,
+            "order_violations": violations,
+            "expect": expect,
+            "first_order": first_order,
+            "orders": orders,
+            "stray": self.stray,
+            "results": results,
+            "first_result": results[0] if results else None,
+            "tool_responses": TOOL_RESPONSES[:10],
+            "replayed": sum(r["replayed"] for r in TOOL_RESPONSES),
+            "min_ms": round(min(durations) * 1000) if durations else None,
+            "max_ms": round(max(durations) * 1000) if durations else None,
+            "total_ms": round((time.monotonic() - started) * 1000),
+        }
+
+
+def _timed_out(result: types.CallToolResult) -> bool:
+    """A gateway's BACKEND_TIMEOUT tool error (toolgate's, when the upstream stalled)."""
+    sc = result.structured_content or {}
+    return bool(result.is_error) and isinstance(sc.get("error"), dict) and sc["error"].get("code") == "BACKEND_TIMEOUT"
+
+
+def _correct(name: str, result: types.CallToolResult, arguments: dict[str, Any]) -> bool:
+    if result.is_error:
+        return False
+    if name != "deliberate":
+        return True
+    sc = result.structured_content or {}
+    return (
+        sc.get("topic") == arguments.get("topic")
+        and sc.get("opinion") == SAMPLED_TEXT
+        and sc.get("model") == SAMPLED_MODEL
+        and sc.get("approved") == ELICITED["approved"]
+        and sc.get("note") == ELICITED["note"]
+        and sc.get("progress_sent") == 3
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True)
@@ -104,7 +324,11 @@ def main() -> None:
     p.add_argument("--header", action="append", default=[], metavar="K=V")
     p.add_argument("--mode", choices=["legacy", "auto", "modern"], default="legacy")
     p.add_argument("--timeout", type=float, default=30.0)
-    p.add_argument("scenario", choices=["list", "call", "resources", "prompts"])
+    p.add_argument("--repeat", type=int, default=1, help="call-interactive: calls (or rounds) in sequence")
+    p.add_argument("--concurrent", type=int, default=1, help="call-interactive: identical calls at once")
+    p.add_argument("--call-timeout", type=float, default=10.0, help="call-interactive: seconds per call")
+    p.add_argument("--expect", default=DEFAULT_EXPECT, help="call-interactive: kinds due before each result")
+    p.add_argument("scenario", choices=["list", "call", "resources", "prompts", "call-interactive"])
     p.add_argument("args", nargs="*")
     args = p.parse_args()
 

@@ -1,6 +1,6 @@
 """Upstream MCP server for toolgate integration tests, built on the official SDK (mcp 2.x).
 
-    python server.py --port N [--json-response | --sse] [--stateless] [--count-file PATH]
+    python server.py --port N [--json-response | --sse] [--stateless] [--count-file PATH] [--interactive]
 
 Listens on http://127.0.0.1:N/mcp (Streamable HTTP). --port 0 picks a free port.
 Prints exactly one line to stdout, flushed, once the socket is listening:
@@ -14,6 +14,16 @@ Tools:
       project_key == "ERR" -> result with isError=true and structuredContent {"error", "project_key"}
   echo(text) -> text (text content only, no structuredContent, no outputSchema)
   secret_tool() -> a string; no contract in toolgate, so toolgate must hide it
+Only with --interactive (the tests of live streaming, tests/mcp_live.rs):
+  deliberate(topic) -> {"topic", "opinion", "model", "approved", "note", "progress_sent"}
+      Interactive, on the tools/call's own SSE stream, in this order: progress 1/3, log
+      "deliberating on <topic>", progress 2/3, sampling/createMessage (its text becomes
+      "opinion", its model "model"), elicitation/create {approved: bool, note: str}
+      (accepted content becomes "approved" / "note"; declined -> approved false), log
+      "verdict ready", progress 3/3, then the result. Progress is sent only when the
+      client sent a progressToken ("progress_sent" says how many went out).
+  slow_count(n) -> {"n", "runs"}: progress 1/2, sleeps 1 s, progress 2/2, then the
+      result; "runs" is how many times slow_count has run so far (so a replay is visible).
 Plus resource "config://app" and prompt "summarize", so tests can check that
 toolgate refuses resources/* and prompts/*.
 
@@ -31,9 +41,10 @@ from typing import Annotated
 
 import anyio
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, SamplingMessage, TextContent
+from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 INVALID_PARAMS = -32602
@@ -115,6 +126,69 @@ def secret_tool() -> str:
     return "the secret"
 
 
+class Approval(BaseModel):
+    approved: bool = Field(description="Approve the verdict?")
+    note: str = Field(default="", description="Anything to add")
+
+
+class Deliberation(TypedDict):
+    topic: str
+    opinion: str
+    model: str
+    approved: bool
+    note: str
+    progress_sent: int
+
+
+async def _progress(ctx: Context, sent: int, progress: float, total: float, message: str) -> int:
+    """Reports progress only when the caller sent a progressToken; returns the new count."""
+    meta = ctx.request_context.meta or {}
+    if meta.get("progress_token") is None:
+        return sent
+    await ctx.report_progress(progress, total, message)
+    return sent + 1
+
+
+async def deliberate(topic: str, ctx: Context) -> Deliberation:
+    _count("deliberate")
+    sent = await _progress(ctx, 0, 1, 3, "thinking")
+    await ctx.info(f"deliberating on {topic}")
+    sent = await _progress(ctx, sent, 2, 3, "asking the model")
+    # related_request_id: the request rides this tools/call's own SSE stream.
+    sampled = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=f"What do you think about {topic}?"))],
+        max_tokens=64,
+        related_request_id=ctx.request_id,
+    )
+    opinion = sampled.content.text if isinstance(sampled.content, TextContent) else ""
+    answer = await ctx.elicit(f"Approve the verdict on {topic}?", Approval)
+    approved, note = (answer.data.approved, answer.data.note) if answer.action == "accept" else (False, "")
+    await ctx.info("verdict ready")
+    sent = await _progress(ctx, sent, 3, 3, "done")
+    return {
+        "topic": topic,
+        "opinion": opinion,
+        "model": sampled.model,
+        "approved": approved,
+        "note": note,
+        "progress_sent": sent,
+    }
+
+
+class SlowCount(TypedDict):
+    n: int
+    runs: int
+
+
+async def slow_count(n: int, ctx: Context) -> SlowCount:
+    _count("slow_count")
+    runs = _counts["slow_count"]
+    sent = await _progress(ctx, 0, 1, 2, "counting")
+    await anyio.sleep(1.0)
+    await _progress(ctx, sent, 2, 2, "counted")
+    return {"n": n, "runs": runs}
+
+
 @mcp.resource("config://app", name="app_config", description="Static app config.")
 def app_config() -> str:
     return "debug=false"
@@ -156,7 +230,14 @@ def main() -> None:
     mode.add_argument("--sse", action="store_true", help="answer POSTs with text/event-stream (default)")
     p.add_argument("--stateless", action="store_true", help="no Mcp-Session-Id, fresh transport per request")
     p.add_argument("--count-file", help="JSON file of per-tool invocation counts")
+    p.add_argument("--interactive", action="store_true", help="also serve deliberate and slow_count")
     args = p.parse_args()
+    if args.interactive:
+        mcp.add_tool(
+            deliberate,
+            description="Think about a topic: reports progress, logs, asks the client's model and its user.",
+        )
+        mcp.add_tool(slow_count, description="Count slowly: progress, a 1 s pause, progress, then the result.")
     _count_file = args.count_file
     _write_counts()
     try:
