@@ -82,10 +82,14 @@ const DELIBERATE_ORDER: [&str; 8] = [
 const SAMPLED_TEXT: &str = "a fixed opinion from the client's model";
 
 async fn start(peer: &Peer) -> Harness {
+    start_with(peer, POLICIES).await
+}
+
+async fn start_with(peer: &Peer, policies: &str) -> Harness {
     Harness::start(
         peer.addr,
         Options {
-            policies: POLICIES.to_string(),
+            policies: policies.to_string(),
             ..Options::default()
         },
     )
@@ -272,5 +276,39 @@ async fn a_concurrent_duplicate_runs_once_and_gets_the_same_result() {
             .starts_with("application/json"),
         "{out}"
     );
+    h.stop().await;
+}
+
+/// A read-only tool marked `idempotent: true` takes the other path (sent live, no
+/// dedupe store): its server-to-client requests must not stall either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interactive_calls_stream_live_when_the_tool_is_idempotent() {
+    const CALLS: u64 = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let peer = Peer::python_server(&["--sse", "--interactive"], dir.path());
+    let policies = POLICIES.replacen(
+        "  tool: deliberate\n",
+        "  tool: deliberate\n  idempotent: true\n",
+        1,
+    );
+    assert_ne!(policies, POLICIES);
+    let h = start_with(&peer, &policies).await;
+    let url = format!("{}/mcp", h.base);
+    let n = CALLS.to_string();
+    let out = interactive(
+        &url,
+        Some(OPS_TOKEN),
+        &[
+            "deliberate",
+            r#"{"topic":"topic-{i}"}"#,
+            "--repeat",
+            &n,
+            "--call-timeout",
+            "10",
+        ],
+    )
+    .await;
+    assert_deliberated(&out, CALLS);
+    assert_eq!(peer.counts(), json!({"deliberate": CALLS}));
     h.stop().await;
 }
