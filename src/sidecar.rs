@@ -19,6 +19,7 @@ use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
 use crate::policy::BuildOptions;
+use crate::proxy::mcp::oauth::ResourceServer;
 use crate::proxy::mcp::origin::Guard;
 use crate::proxy::server::{serve, ConnLimits};
 use crate::proxy::stage::identify::Identity;
@@ -125,6 +126,7 @@ impl Sidecar {
                 .map_err(anyhow::Error::msg)
                 .context("mcp")?,
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
+            oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
             mcp_sessions: Default::default(),
             mcp_pending: Default::default(),
             stragglers: Default::default(),

@@ -995,3 +995,97 @@ async fn a_replayed_answer_on_a_resumed_stream_is_shaped_and_delivered() {
         .into_owned();
     assert!(!text.contains("result"), "{text}");
 }
+
+/// With `identity.oauth`, the MCP endpoint is an OAuth resource server as the MCP
+/// authorization specification says: RFC 9728 metadata, a challenge naming it on 401,
+/// `insufficient_scope` on 403, tokens only for this resource, never passed upstream.
+#[tokio::test]
+async fn the_mcp_endpoint_is_an_oauth_resource_server() {
+    use common::keys::{jwks, now, SigningKey};
+    const RESOURCE: &str = "https://orders.example.com/mcp";
+    const METADATA: &str = "https://orders.example.com/.well-known/oauth-protected-resource/mcp";
+    let keys_dir = tempfile::tempdir().unwrap();
+    let idp = SigningKey::rsa("as-1");
+    let jwks_path = keys_dir.path().join("jwks.json");
+    std::fs::write(&jwks_path, jwks(&[&idp])).unwrap();
+    let backend = McpBackend::start().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: POLICIES.into(),
+            tweak: Box::new(move |s| {
+                s.identity.jwt = vec![toolgate::config::JwtIssuer {
+                    issuer: "https://auth.example.com".into(),
+                    audience: RESOURCE.into(),
+                    jwks: jwks_path,
+                    agent_claim: "sub".into(),
+                }];
+                s.identity.oauth = Some(toolgate::config::OAuth {
+                    resource: RESOURCE.into(),
+                    authorization_servers: vec!["https://auth.example.com".into()],
+                    scopes_supported: vec!["tools".into()],
+                    required_scopes: vec!["tools".into()],
+                });
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    // The metadata is public, at the path-suffixed and the root form.
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let r = h.call("GET", path, None, &[], "").await;
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+        assert_eq!(r.json["resource"], RESOURCE);
+        assert_eq!(
+            r.json["authorization_servers"][0],
+            "https://auth.example.com"
+        );
+        assert_eq!(r.json["scopes_supported"][0], "tools");
+    }
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let r = post(&h, None, &[], ping).await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(
+        r.header("www-authenticate"),
+        format!(r#"Bearer resource_metadata="{METADATA}""#)
+    );
+    let r = post(&h, Some("not-a-token"), &[], ping).await;
+    assert_eq!(r.status, 401);
+    assert!(r
+        .header("www-authenticate")
+        .ends_with(r#"error="invalid_token""#));
+    let token = |aud: &str, scope: &str| {
+        idp.sign(
+            &json!({"iss": "https://auth.example.com", "aud": aud, "sub": "ops-bot",
+                         "scope": scope, "exp": now() + 300}),
+        )
+    };
+    // A token for another resource is not valid here (RFC 8707).
+    let r = post(
+        &h,
+        Some(&token("https://other.example.com/mcp", "tools")),
+        &[],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    let r = post(&h, Some(&token(RESOURCE, "profile")), &[], ping).await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    let challenge = r.header("www-authenticate").to_string();
+    assert!(
+        challenge.contains(r#"error="insufficient_scope""#),
+        "{challenge}"
+    );
+    assert!(challenge.contains(r#"scope="tools""#), "{challenge}");
+    assert!(backend.posts().is_empty(), "nothing was forwarded");
+    let r = post(&h, Some(&token(RESOURCE, "tools profile")), &[], ping).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let forwarded = backend.last();
+    assert!(
+        !forwarded.headers.contains_key("authorization"),
+        "the token never goes upstream"
+    );
+}

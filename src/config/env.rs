@@ -34,6 +34,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("identity.tokens", Kind::Str),
     ("identity.jwt", Kind::Yaml),
     ("identity.taskIssuers", Kind::Yaml),
+    ("identity.oauth", Kind::Yaml),
     ("tls.cert", Kind::Str),
     ("tls.key", Kind::Str),
     ("tls.clientCa", Kind::Str),

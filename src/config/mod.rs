@@ -112,6 +112,23 @@ pub struct Identity {
     pub tokens: Option<PathBuf>,
     pub jwt: Vec<JwtIssuer>,
     pub task_issuers: Vec<TaskIssuer>,
+    /// The MCP endpoint as an OAuth 2.1 resource server (RFC 9728 metadata, bearer
+    /// challenges, scopes); its tokens come from the `jwt` issuers.
+    pub oauth: Option<OAuth>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OAuth {
+    /// The MCP endpoint's canonical URI (RFC 8707), e.g. `https://orders.example.com/mcp`:
+    /// every `identity.jwt` issuer's audience.
+    pub resource: String,
+    pub authorization_servers: Vec<String>,
+    #[serde(default)]
+    pub scopes_supported: Vec<String>,
+    /// Scopes every token must carry (`scope` claim) to use the MCP endpoint.
+    #[serde(default)]
+    pub required_scopes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -300,7 +317,47 @@ impl Settings {
     ) -> Result<Settings, SettingsError> {
         let settings: Settings = file::parse(origin, text, vars, env::apply)?;
         settings.limits.check(origin)?;
+        settings.identity.check(origin)?;
         Ok(settings)
+    }
+}
+
+impl Identity {
+    /// With `oauth`, a token is valid for the MCP endpoint only if it was issued for it
+    /// (RFC 8707): every agent-token issuer must name the resource as its audience.
+    fn check(&self, origin: &str) -> Result<(), SettingsError> {
+        let Some(oauth) = &self.oauth else {
+            return Ok(());
+        };
+        let absolute = oauth
+            .resource
+            .parse::<http::Uri>()
+            .is_ok_and(|u| u.scheme().is_some() && u.authority().is_some());
+        if !absolute {
+            return Err(file::invalid(
+                origin,
+                "identity.oauth.resource".into(),
+                "must be an absolute URL, the MCP endpoint's canonical URI".into(),
+            ));
+        }
+        if oauth.authorization_servers.is_empty() {
+            return Err(file::invalid(
+                origin,
+                "identity.oauth.authorizationServers".into(),
+                "must name at least one authorization server".into(),
+            ));
+        }
+        match self.jwt.iter().position(|j| j.audience != oauth.resource) {
+            Some(i) => Err(file::invalid(
+                origin,
+                format!("identity.jwt[{i}].audience"),
+                format!(
+                    "must be identity.oauth.resource ({}): tokens are accepted only for this resource",
+                    oauth.resource
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -366,6 +423,21 @@ mod tests {
         let text = refusal("limits: {maxSessions: 0}");
         assert!(text.contains("limits.maxSessions"), "{text}");
         assert!(text.contains("at least 1"), "{text}");
+    }
+
+    #[test]
+    fn oauth_tokens_must_be_issued_for_the_resource() {
+        let oauth = "identity:\n  oauth: {resource: https://o.example/mcp, authorizationServers: [https://as.example]}\n";
+        let text = refusal(&format!(
+            "{oauth}  jwt: [{{issuer: https://as.example, audience: toolgate, jwks: /j.json}}]\n"
+        ));
+        assert!(text.contains("identity.jwt[0].audience"), "{text}");
+        let ok = format!(
+            "{oauth}  jwt: [{{issuer: https://as.example, audience: https://o.example/mcp, jwks: /j.json}}]\n"
+        );
+        assert!(Settings::parse("t.yaml", &ok, none()).is_ok());
+        let text = refusal("identity: {oauth: {resource: /mcp, authorizationServers: [x]}}");
+        assert!(text.contains("identity.oauth.resource"), "{text}");
     }
 
     #[test]

@@ -100,6 +100,15 @@ async fn process(
     outcome.in_session(session.as_deref());
     let idempotency_key = headers::idempotency_key(&parts.headers)
         .map_err(|m| Reject::new(Code::MalformedRequest, m))?;
+    // The MCP endpoint's OAuth metadata (RFC 9728) is public: no credential, no call.
+    if let Some(metadata) = gate
+        .oauth
+        .as_ref()
+        .and_then(|rs| rs.metadata(&parts.method, parts.uri.path()))
+    {
+        outcome.passed();
+        return Ok(metadata);
+    }
     if parts.uri.path() == gate.mcp_path {
         // Boxed, so the REST path's state machine doesn't carry the MCP one's size.
         return Box::pin(mcp::handle(gate, parts, body, session, outcome)).await;

@@ -26,6 +26,7 @@ pub mod list;
 pub mod listing;
 pub mod live;
 pub mod modern;
+pub mod oauth;
 pub mod once;
 pub mod origin;
 pub mod pending;
@@ -85,11 +86,32 @@ pub async fn handle(
     ) {
         Ok(agent) => agent,
         Err(reject) => {
-            // HTTP 401, with a JSON-RPC error body the SDKs surface (see reply).
+            // HTTP 401, with a JSON-RPC error body the SDKs surface (see reply), and
+            // with OAuth, the challenge that says where to get a token.
             outcome.refused(&reject);
-            return Ok(Refusal::of_call(reject).response(&Value::Null, outcome.trace_id(), modern));
+            let mut response =
+                Refusal::of_call(reject).response(&Value::Null, outcome.trace_id(), modern);
+            if let Some(rs) = &gate.oauth {
+                let challenge = rs.challenge(&parts.headers);
+                response
+                    .headers_mut()
+                    .insert(http::header::WWW_AUTHENTICATE, challenge);
+            }
+            return Ok(response);
         }
     };
+    if let Some((reject, challenge)) = gate.oauth.as_ref().and_then(|rs| rs.insufficient(&agent)) {
+        outcome.refused(&reject);
+        let mut response = Refusal::error(reply::UNAUTHENTICATED, reject).response(
+            &Value::Null,
+            outcome.trace_id(),
+            modern,
+        );
+        response
+            .headers_mut()
+            .insert(http::header::WWW_AUTHENTICATE, challenge);
+        return Ok(response);
+    }
     outcome.identified(&agent.id);
     let snapshot = gate.snapshots.load();
     outcome.under_policy(snapshot.as_ref().map(|s| s.version));
