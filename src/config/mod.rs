@@ -54,11 +54,18 @@ pub struct Mcp {
     pub allowed_hosts: Vec<String>,
 }
 
+/// `mcp.allowedOrigins` when unset: local pages only.
+pub fn default_allowed_origins() -> Vec<String> {
+    ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
+        .map(String::from)
+        .to_vec()
+}
+
 impl Default for Mcp {
     fn default() -> Self {
         Mcp {
             path: "/mcp".into(),
-            allowed_origins: crate::proxy::mcp::origin::default_origins(),
+            allowed_origins: default_allowed_origins(),
             allowed_hosts: Vec::new(),
         }
     }

@@ -6,7 +6,7 @@ use http_body::Body as HttpBody;
 use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full, LengthLimitError, Limited};
 use std::time::Duration;
 
-use crate::proxy::gate::Gate;
+use crate::config::Limits;
 use crate::vocab::{Code, Reject};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -53,11 +53,11 @@ where
 /// A request body, bounded by `limits.maxBodyBytes` and `limits.bodyReadTimeoutMs`; a
 /// declared oversize body is refused before a byte of it is read.
 pub async fn read_body(
-    gate: &Gate,
+    limits: &Limits,
     headers: &http::HeaderMap,
     body: hyper::body::Incoming,
 ) -> Result<Bytes, Reject> {
-    let limit = gate.limits.max_body_bytes;
+    let limit = limits.max_body_bytes;
     let too_large = || {
         Reject::new(
             Code::PayloadTooLarge,
@@ -75,7 +75,7 @@ pub async fn read_body(
     read_limited(
         body,
         limit,
-        Duration::from_millis(gate.limits.body_read_timeout_ms),
+        Duration::from_millis(limits.body_read_timeout_ms),
     )
     .await
     .map_err(|e| match e {

@@ -139,7 +139,7 @@ pub async fn handle(
 }
 
 async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Response<Body> {
-    let bytes = match read_body(ex.gate, &ex.parts.headers, body).await {
+    let bytes = match read_body(&ex.gate.limits, &ex.parts.headers, body).await {
         Ok(bytes) => bytes,
         Err(reject) => {
             return ex.refuse(

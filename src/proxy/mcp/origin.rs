@@ -161,13 +161,6 @@ impl Pattern {
     }
 }
 
-/// `mcp.allowedOrigins` when unset: local pages only.
-pub fn default_origins() -> Vec<String> {
-    ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"]
-        .map(String::from)
-        .to_vec()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +175,7 @@ mod tests {
 
     fn mk_guard(hosts: &[&str]) -> Guard {
         let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
-        Guard::new(&default_origins(), &hosts).unwrap()
+        Guard::new(&crate::config::default_allowed_origins(), &hosts).unwrap()
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub async fn handle(
         .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
     outcome.under_policy(Some(snapshot.version));
 
-    let body = read_body(gate, &parts.headers, body).await?;
+    let body = read_body(&gate.limits, &parts.headers, body).await?;
     // The audit digest and a session's fingerprint read every call's arguments.
     let reads_args = outcome.audited() || session.is_some();
     let call = classify(
