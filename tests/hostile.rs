@@ -1,7 +1,7 @@
 //! The hostile-input corpus (issue 19), over real sockets against one sidecar.
 //!
 //! Every case is a named row: the bytes (or steps) a hostile client sends and what it
-//! must get — the structured error of DESIGN §4 (REST body, JSON-RPC error or tool
+//! must get — the structured error of docs/errors.md (REST body, JSON-RPC error or tool
 //! error), or a clean close where HTTP itself is broken. One checker asserts, for every
 //! row, that nothing reached the backend (or exactly one request, for rows where the
 //! backend is the hostile side), and that a good REST and a good MCP call on fresh
@@ -466,7 +466,7 @@ fn check(case: &Case, reply: &RawReply) -> Result<(), String> {
     }
 }
 
-/// The error body of DESIGN §4 with this code.
+/// The error body of docs/errors.md with this code.
 fn structured(body: &Value, code: &str) -> Result<(), String> {
     let error = &body["error"];
     if body["status"] != "error" || error["code"] != code {

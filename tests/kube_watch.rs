@@ -11,7 +11,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 const NS: &str = "team-a";
-/// DESIGN: an object change is enforced within 1 s of its watch event.
+/// An object change is enforced within 1 s of its watch event (README, "Policies from the cluster").
 const ENFORCED: Duration = Duration::from_secs(1);
 /// Reconnects wait for kube's backoff (0.8 s doubling, plus up to as much jitter).
 const RECOVERED: Duration = Duration::from_secs(20);

@@ -1,5 +1,5 @@
 //! MCP on the wire, with raw HTTP against an in-test MCP backend: the error mapping of
-//! DESIGN §4, id echo, batches, notifications, SSE streaming and rewriting, session
+//! docs/errors.md, id echo, batches, notifications, SSE streaming and rewriting, session
 //! binding, revision 2026-07-28 routing headers, and the audit record of every call.
 
 #[path = "common/mcp_backend.rs"]
