@@ -408,3 +408,82 @@ async fn mcp_spans_follow_the_mcp_conventions() {
     assert_eq!(attr(&handshake, "gen_ai.tool.name"), None);
     h.stop().await;
 }
+
+/// A streamed call's span ends with its stream, so it shows the call's final outcome:
+/// a timeout found after the response head went out is the span's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_call_span_shows_its_final_outcome() {
+    let (collector, endpoint, _server) = Collector::grpc().await;
+    let backend = McpBackend::start().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    let call = |id: u32, tool: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
+        )
+    };
+    // Progress first, then the result 2 s later: past the contract's 300 ms.
+    let r = h
+        .call(
+            "POST",
+            "/mcp",
+            Some(OPS_TOKEN),
+            &[],
+            &call(1, "slow_stream_short"),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.text.contains("BACKEND_TIMEOUT"), "{}", r.text);
+    let late = collector
+        .wait_for(|s| s.kind == 2 && s.name == "tools/call slow_stream_short")
+        .await;
+    assert_eq!(
+        late.status.as_ref().map(|s| s.code),
+        Some(2),
+        "STATUS_CODE_ERROR"
+    );
+    assert_eq!(
+        attr(&late, "error.type").as_deref(),
+        Some("BACKEND_TIMEOUT")
+    );
+    assert_eq!(
+        attr(&late, "toolgate.code").as_deref(),
+        Some("BACKEND_TIMEOUT")
+    );
+    assert_eq!(attr(&late, "toolgate.decision").as_deref(), Some("allow"));
+    // A stream that ends well: one span, no error.
+    let r = h
+        .call(
+            "POST",
+            "/mcp",
+            Some(OPS_TOKEN),
+            &[],
+            &call(2, "stream_logs"),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let fine = collector
+        .wait_for(|s| s.kind == 2 && s.name == "tools/call stream_logs")
+        .await;
+    assert_ne!(fine.status.as_ref().map(|s| s.code), Some(2));
+    assert_eq!(attr(&fine, "error.type"), None);
+    let servers = collector
+        .spans
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.kind == 2 && s.name.starts_with("tools/call"))
+        .count();
+    assert_eq!(
+        servers, 2,
+        "one span per call, not one more for the late refusal"
+    );
+    h.stop().await;
+}

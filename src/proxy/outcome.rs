@@ -209,14 +209,22 @@ impl Outcome {
         self.rule = reject.rule.clone();
     }
 
-    /// A copy for a record written later, outside the request (a streamed result refused
-    /// after the call's own record was written): its own detached span, the same facts.
-    pub fn follow_up(&self) -> Outcome {
-        let mut copy = Outcome::new(
-            CallSpan::detached(self.trace_id().to_string()),
-            self.started,
-            self.audited,
-        );
+    /// What is left of a call whose answer streams on after its record is written: the
+    /// same facts, and the call's span itself, which ends when the stream does, so that
+    /// it shows the call's final outcome (a refusal found in the stream included). This
+    /// outcome keeps a detached span: its record no longer ends the span.
+    pub fn follow_up(&mut self) -> Outcome {
+        let trace_id = self.trace_id().to_string();
+        let span = std::mem::replace(&mut self.span, CallSpan::detached(trace_id));
+        let mut copy = Outcome::new(span, self.started, self.audited);
+        copy.mcp_method = self.mcp_method.clone();
+        copy.call_id = self.call_id.clone();
+        copy.request = self.request.clone();
+        copy.target = self.target.clone();
+        copy.route = self.route.clone();
+        copy.tool_description = self.tool_description.clone();
+        // A streamed answer's head is a 200.
+        copy.status = Some(http::StatusCode::OK.as_u16());
         copy.agent = self.agent.clone();
         copy.session = self.session.clone();
         copy.tool = self.tool.clone();
@@ -231,6 +239,35 @@ impl Outcome {
     /// The tool, once known (for logs).
     pub fn tool(&self) -> Option<&str> {
         self.tool.as_deref()
+    }
+
+    /// Ends the span with the call's outcome, and nothing else: for a streamed call whose
+    /// stream ended without a refusal, its record being written already.
+    pub fn close_span(&self) {
+        if !self.span.is_recording() {
+            return;
+        }
+        if let Some(code) = self.code {
+            self.span.event(
+                attributes::REFUSED,
+                vec![KeyValue::new(attributes::CODE, code.as_str())],
+            );
+        }
+        // An error span: refused, or allowed but failed by the backend or the tool. A
+        // shadow-deny that ran fine is no error: the call did what it was asked.
+        let failed = self.decision == Decision::Deny
+            || self.code.is_some_and(|c| {
+                matches!(
+                    c,
+                    Code::BackendTimeout
+                        | Code::BackendUnavailable
+                        | Code::BackendError
+                        | Code::BackendRejected
+                        | Code::OutputContractViolation
+                )
+            })
+            || self.tool_error;
+        self.end_span(failed);
     }
 
     /// The span's name and attributes (docs/observability.md); never argument values.
@@ -309,29 +346,7 @@ impl Outcome {
     /// its own (one tools/call of an MCP batch).
     pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
-        if let Some(code) = self.code {
-            self.span.event(
-                attributes::REFUSED,
-                vec![KeyValue::new(attributes::CODE, code.as_str())],
-            );
-        }
-        // An error span: refused, or allowed but failed by the backend. A shadow-deny that
-        // ran fine is no error: the call did what it was asked.
-        let failed = self.decision == Decision::Deny
-            || self.code.is_some_and(|c| {
-                matches!(
-                    c,
-                    Code::BackendTimeout
-                        | Code::BackendUnavailable
-                        | Code::BackendError
-                        | Code::BackendRejected
-                        | Code::OutputContractViolation
-                )
-            })
-            || self.tool_error;
-        if self.span.is_recording() {
-            self.end_span(failed);
-        }
+        self.close_span();
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,

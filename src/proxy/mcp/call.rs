@@ -180,25 +180,47 @@ pub fn failure_to_reject(failure: Failure, contract: &Contract) -> Reject {
 /// The audit record of a streamed call whose result turns out refused after the call's
 /// own record was written (the response head had already gone to the agent).
 pub struct FollowUp {
-    pub gate: Arc<Gate>,
-    pub outcome: Outcome,
+    gate: Arc<Gate>,
+    /// The call's facts and its span; taken when a refusal records it.
+    outcome: Option<Outcome>,
 }
 
 impl FollowUp {
-    pub fn of(gate: &Arc<Gate>, outcome: &Outcome) -> FollowUp {
+    /// Takes over the call's span from `outcome`, to end it when the stream ends.
+    pub fn of(gate: &Arc<Gate>, outcome: &mut Outcome) -> FollowUp {
         FollowUp {
             gate: gate.clone(),
-            outcome: outcome.follow_up(),
+            outcome: Some(outcome.follow_up()),
+        }
+    }
+
+    /// The tool answered `isError: true` in the stream: the span says so when it ends.
+    pub fn tool_error(&mut self) {
+        if let Some(outcome) = &mut self.outcome {
+            outcome.tool_error();
         }
     }
 
     pub fn record(mut self, reject: &Reject) {
-        tracing::warn!(tool = ?self.outcome.tool(), code = %reject.code, trace_id = %self.outcome.trace_id(), "streamed tool result refused");
-        self.outcome.refused(reject);
+        let Some(mut outcome) = self.outcome.take() else {
+            return;
+        };
+        tracing::warn!(tool = ?outcome.tool(), code = %reject.code, trace_id = %outcome.trace_id(), "streamed tool result refused");
+        outcome.refused(reject);
+        let gate = self.gate.clone();
         tokio::spawn(async move {
-            let gate = self.gate;
-            self.outcome.record(&gate.metrics, &gate.audit).await;
+            outcome.record(&gate.metrics, &gate.audit).await;
         });
+    }
+}
+
+impl Drop for FollowUp {
+    /// The stream ended without a refusal (or its client left): the span ends as the call
+    /// went.
+    fn drop(&mut self) {
+        if let Some(outcome) = self.outcome.take() {
+            outcome.close_span();
+        }
     }
 }
 

@@ -427,14 +427,15 @@ struct CallRewrite {
 }
 
 impl CallRewrite {
-    /// The rewrite of the response to call `id` whose record `outcome` is; a refusal found
-    /// in the stream gets a record of its own ([`FollowUp`]).
+    /// The rewrite of the response to call `id` whose record `outcome` is; it takes over
+    /// the call's span, which ends with the stream, and a refusal found in the stream gets
+    /// a record of its own ([`FollowUp`]).
     fn new(
         ex: &Exchange<'_>,
         snapshot: Arc<Snapshot>,
         tool: ToolId,
         id: &Value,
-        outcome: &Outcome,
+        outcome: &mut Outcome,
     ) -> CallRewrite {
         CallRewrite {
             snapshot,
@@ -457,7 +458,13 @@ impl CallRewrite {
 impl Rewrite for CallRewrite {
     fn answer(&mut self, message: Value) -> Value {
         match shape_answer(self.snapshot.contract(self.tool), message) {
-            Ok(message) => message,
+            Ok(message) => {
+                if let Some(follow_up) = self.follow_up.as_mut().filter(|_| is_tool_error(&message))
+                {
+                    follow_up.tool_error();
+                }
+                message
+            }
             Err(reject) => self.refused(reject),
         }
     }
