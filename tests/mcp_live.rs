@@ -161,12 +161,13 @@ fn assert_deliberated(out: &Value, n: u64) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_interactive_calls_stream_live_through_toolgate() {
+/// 200 interactive `deliberate` calls through toolgate under `policies`, each with its
+/// own topic: all live, in order, none stalled, each run upstream once.
+async fn two_hundred_calls_through(policies: &str) {
     const CALLS: u64 = 200;
     let dir = tempfile::tempdir().unwrap();
     let peer = Peer::python_server(&["--sse", "--interactive"], dir.path());
-    let h = start(&peer).await;
+    let h = start_with(&peer, policies).await;
     let url = format!("{}/mcp", h.base);
     let began = Instant::now();
     let n = CALLS.to_string();
@@ -199,6 +200,11 @@ async fn two_hundred_interactive_calls_stream_live_through_toolgate() {
         "the upstream ran each call exactly once"
     );
     h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_interactive_calls_stream_live_through_toolgate() {
+    two_hundred_calls_through(POLICIES).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -283,32 +289,11 @@ async fn a_concurrent_duplicate_runs_once_and_gets_the_same_result() {
 /// dedupe store): its server-to-client requests must not stall either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interactive_calls_stream_live_when_the_tool_is_idempotent() {
-    const CALLS: u64 = 200;
-    let dir = tempfile::tempdir().unwrap();
-    let peer = Peer::python_server(&["--sse", "--interactive"], dir.path());
     let policies = POLICIES.replacen(
         "  tool: deliberate\n",
         "  tool: deliberate\n  idempotent: true\n",
         1,
     );
     assert_ne!(policies, POLICIES);
-    let h = start_with(&peer, &policies).await;
-    let url = format!("{}/mcp", h.base);
-    let n = CALLS.to_string();
-    let out = interactive(
-        &url,
-        Some(OPS_TOKEN),
-        &[
-            "deliberate",
-            r#"{"topic":"topic-{i}"}"#,
-            "--repeat",
-            &n,
-            "--call-timeout",
-            "10",
-        ],
-    )
-    .await;
-    assert_deliberated(&out, CALLS);
-    assert_eq!(peer.counts(), json!({"deliberate": CALLS}));
-    h.stop().await;
+    two_hundred_calls_through(&policies).await;
 }

@@ -353,17 +353,7 @@ async fn only_requests_really_sent_have_client_spans() {
 /// `jsonrpc.request.id`, and GenAI attributes only when a tool is called.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_spans_follow_the_mcp_conventions() {
-    let (collector, endpoint, _server) = Collector::grpc().await;
-    let backend = McpBackend::start().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
-            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
-            ..Options::default()
-        },
-    )
-    .await;
+    let (collector, _server, _backend, h) = mcp_exporting().await;
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
     let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"read_logs","arguments":{}}}"#;
     let headers = [("mcp-protocol-version", "2025-11-25")];
@@ -413,17 +403,7 @@ async fn mcp_spans_follow_the_mcp_conventions() {
 /// a timeout found after the response head went out is the span's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_call_span_shows_its_final_outcome() {
-    let (collector, endpoint, _server) = Collector::grpc().await;
-    let backend = McpBackend::start().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
-            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
-            ..Options::default()
-        },
-    )
-    .await;
+    let (collector, _server, _backend, h) = mcp_exporting().await;
     let call = |id: u32, tool: &str| {
         format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
@@ -486,4 +466,20 @@ async fn a_streamed_call_span_shows_its_final_outcome() {
         "one span per call, not one more for the late refusal"
     );
     h.stop().await;
+}
+
+/// A sidecar in front of the in-test MCP backend, exporting to a collector.
+async fn mcp_exporting() -> (Collector, tokio::task::JoinHandle<()>, McpBackend, Harness) {
+    let (collector, endpoint, server) = Collector::grpc().await;
+    let backend = McpBackend::start().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    (collector, server, backend, h)
 }
