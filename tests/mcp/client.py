@@ -1,6 +1,6 @@
 """Scripted MCP client for toolgate integration tests, built on the official SDK (mcp 2.x).
 
-    python client.py --url URL [--token T] [--header K=V ...] [--mode legacy|auto|modern]
+    python client.py --url URL [--token T | --oauth] [--header K=V ...] [--mode legacy|auto|modern]
                      [--timeout SECONDS] SCENARIO [ARGS...]
 
 Scenarios (one per run):
@@ -54,6 +54,23 @@ Any failure while connecting / negotiating, or any other exception, prints
 (the SDK itself hides it: a bare 401/403/5xx becomes MCPError -32603).
 Always prints exactly one JSON object on stdout and exits 0 (2 on bad usage).
 
+--oauth: authorize with the SDK's OAuth client (mcp.client.auth.OAuthClientProvider as the
+httpx auth of the transport), knowing nothing but --url. On the server's 401 the SDK reads
+`resource_metadata` from WWW-Authenticate, fetches that RFC 9728 metadata, then the
+authorization server's RFC 8414 metadata, registers (RFC 7591), sends the user to the
+authorization endpoint and exchanges the code (PKCE, `resource` per RFC 8707). There is no
+browser: the redirect handler GETs the authorization URL itself and takes `code`, `state`
+and `iss` from the redirect's Location (an auto-approving server such as auth_server.py);
+the callback handler hands them back. Tokens live in memory for the run. The output gains
+    "oauth": {"requests": [[method, url-without-query, status], ...],  # every HTTP exchange
+              "www_authenticate": str | null,    # the first 401's challenge
+              "resource_metadata": str | null,   # the URL in it
+              "protected_resource": {...} | null, # the RFC 9728 document the SDK accepted
+              "authorization_server": str | null, # the issuer the SDK chose from it
+              "token_endpoint": str | null, "resource": str | null,  # what the token is for
+              "scope": str | null}                # granted scope
+(also on failure, next to "exception").
+
 --mode legacy (default): ClientSession.initialize() handshake (protocol 2025-11-25).
 --mode modern: ClientSession.discover() (server/discover, protocol 2026-07-28, no session).
 --mode auto: what mcp.client.Client does by default: discover, fall back to initialize.
@@ -63,6 +80,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from typing import Any
@@ -70,8 +88,10 @@ from typing import Any
 import anyio
 import mcp.types as types
 from mcp.client._probe import negotiate_auto
+from mcp.client.auth import OAuthClientProvider, TokenStorage
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from mcp.shared.exceptions import MCPError
 
 
@@ -91,6 +111,12 @@ async def _run(args: argparse.Namespace, statuses: list[int]) -> dict[str, Any]:
         headers[k] = v
 
     async def on_response(response: Any) -> None:
+        if args.oauth:
+            OAUTH_REQUESTS.append(
+                [response.request.method, str(response.request.url).split("?")[0], response.status_code]
+            )
+            if response.status_code == 401 and OAUTH["www_authenticate"] is None:
+                OAUTH["www_authenticate"] = response.headers.get("www-authenticate")
         if response.status_code >= 400:
             statuses.append(response.status_code)
         if args.scenario == "call-interactive" and response.request.method == "POST":
@@ -106,7 +132,8 @@ async def _run(args: argparse.Namespace, statuses: list[int]) -> dict[str, Any]:
                     }
                 )
 
-    http_client = create_mcp_http_client(headers=headers)
+    auth = _oauth_provider(args.url) if args.oauth else None
+    http_client = create_mcp_http_client(headers=headers, auth=auth)
     http_client.event_hooks = {"response": [on_response]}
     async with http_client, streamable_http_client(args.url, http_client=http_client) as (read, write):
         interactive = Interactive() if args.scenario == "call-interactive" else None
@@ -129,6 +156,96 @@ async def _run(args: argparse.Namespace, statuses: list[int]) -> dict[str, Any]:
                 out["http_status"] = statuses[-1] if statuses else None
             out["protocolVersion"] = pv
             return out
+
+
+# --oauth: every HTTP exchange of the run, and what the provider discovered.
+OAUTH_REQUESTS: list[list[Any]] = []
+OAUTH: dict[str, Any] = {"www_authenticate": None, "provider": None}
+REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the redirect is read, not followed
+
+
+class MemoryStorage(TokenStorage):
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
+
+
+def _oauth_provider(url: str) -> OAuthClientProvider:
+    import httpx2
+    from urllib.parse import parse_qs, urlsplit
+
+    answer: dict[str, str | None] = {}
+
+    async def redirect_handler(authorization_url: str) -> None:
+        # The "user agent": one GET, the auto-approving server answers with a redirect.
+        OAUTH_REQUESTS.append(["GET", authorization_url.split("?")[0], None])
+        async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as browser:
+            response = await browser.get(authorization_url)
+        OAUTH_REQUESTS[-1][2] = response.status_code
+        location = response.headers.get("location")
+        if response.status_code not in (301, 302, 303, 307, 308) or not location:
+            raise RuntimeError(f"authorization endpoint answered {response.status_code}: {response.text[:200]}")
+        if not location.startswith(REDIRECT_URI):
+            raise RuntimeError(f"redirected elsewhere than the redirect_uri: {location}")
+        query = {k: v[0] for k, v in parse_qs(urlsplit(location).query).items()}
+        if "error" in query:
+            raise RuntimeError(f"authorization refused: {query}")
+        answer.clear()
+        answer.update(code=query.get("code"), state=query.get("state"), iss=query.get("iss"))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        return AuthorizationCodeResult(code=answer.get("code") or "", state=answer.get("state"), iss=answer.get("iss"))
+
+    provider = OAuthClientProvider(
+        server_url=url,
+        client_metadata=OAuthClientMetadata(
+            client_name="toolgate test client",
+            redirect_uris=[REDIRECT_URI],
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=MemoryStorage(),
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+    OAUTH["provider"] = provider
+    return provider
+
+
+def _oauth_report() -> dict[str, Any]:
+    provider = OAUTH["provider"]
+    ctx = provider.context if provider is not None else None
+    resource_metadata = None
+    challenge = OAUTH["www_authenticate"]
+    if challenge:
+        m = re.search(r'resource_metadata="([^"]*)"', challenge)
+        resource_metadata = m.group(1) if m else None
+    prm = ctx.protected_resource_metadata if ctx else None
+    asm = ctx.oauth_metadata if ctx else None
+    tokens = ctx.current_tokens if ctx else None
+    return {
+        "requests": OAUTH_REQUESTS,
+        "www_authenticate": challenge,
+        "resource_metadata": resource_metadata,
+        "protected_resource": prm.model_dump(mode="json", exclude_none=True) if prm else None,
+        "authorization_server": ctx.auth_server_url if ctx else None,
+        "token_endpoint": str(asm.token_endpoint) if asm else None,
+        "resource": ctx.get_resource_url() if ctx and prm else None,
+        "scope": tokens.scope if tokens else None,
+    }
 
 
 async def _scenario(session: ClientSession, args: argparse.Namespace) -> dict[str, Any]:
@@ -321,6 +438,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True)
     p.add_argument("--token")
+    p.add_argument("--oauth", action="store_true", help="authorize with the SDK's OAuthClientProvider")
     p.add_argument("--header", action="append", default=[], metavar="K=V")
     p.add_argument("--mode", choices=["legacy", "auto", "modern"], default="legacy")
     p.add_argument("--timeout", type=float, default=30.0)
@@ -355,6 +473,8 @@ def main() -> None:
             "data": leaf.data if isinstance(leaf, MCPError) else None,
             "http_status": statuses[-1] if statuses else None,
         }
+    if args.oauth:
+        out["oauth"] = _oauth_report()
     print(json.dumps(out), flush=True)
 
 
