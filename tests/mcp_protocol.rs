@@ -880,7 +880,7 @@ async fn a_call_that_runs_once_streams_its_progress_live() {
 async fn each_round_of_a_multi_round_call_is_forwarded() {
     let backend = McpBackend::start().await;
     let policies = format!(
-        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: ask}}\nspec: {{tool: ask_twice}}\n",
+        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: ask}}\nspec: {{tool: ask_twice, redact: [/secret]}}\n",
         POLICIES.replace("    - name: read_logs\n", "    - name: read_logs\n    - name: ask_twice\n")
     );
     let h = Harness::start(
@@ -904,10 +904,10 @@ async fn each_round_of_a_multi_round_call_is_forwarded() {
     .to_string();
     let r = post(&h, Some(OPS_TOKEN), &[], &retry).await;
     assert_eq!(r.json["result"]["resultType"], "complete", "{}", r.text);
-    assert!(r.json["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .contains("round-1"));
+    // Shaped by the contract (its redact applies to the final round only).
+    let shaped = &r.json["result"]["structuredContent"];
+    assert_eq!(shaped["done"], true, "{}", r.text);
+    assert_eq!(shaped["secret"], "[REDACTED]", "{}", r.text);
     assert_eq!(
         r.header("x-toolgate-replayed"),
         "",
@@ -1087,5 +1087,47 @@ async fn the_mcp_endpoint_is_an_oauth_resource_server() {
     assert!(
         !forwarded.headers.contains_key("authorization"),
         "the token never goes upstream"
+    );
+}
+
+/// The contract's timeout holds for the lead of a call that runs at most once, even while
+/// the call streams its progress: it gets `BACKEND_TIMEOUT` at the timeout, not when the
+/// backend finally answers.
+#[tokio::test]
+async fn a_live_call_that_runs_once_is_answered_at_its_timeout() {
+    let backend = McpBackend::start().await;
+    // slow_stream_late: progress at once, the result 2 s later; 300 ms allowed.
+    let policies = format!(
+        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: late}}\nspec: {{tool: slow_stream_late, timeoutMs: 300}}\n",
+        POLICIES.replace(
+            "    - name: slow_stream\n",
+            "    - name: slow_stream\n    - name: slow_stream_late\n"
+        )
+    );
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies,
+            ..Options::default()
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let lead = open(
+        &h,
+        "POST",
+        &[],
+        call(json!(9), "slow_stream_late", json!({})),
+    )
+    .await;
+    assert_eq!(lead.headers()["content-type"], "text/event-stream");
+    let text =
+        String::from_utf8_lossy(&lead.into_body().collect().await.unwrap().to_bytes()).into_owned();
+    let took = started.elapsed();
+    assert!(text.contains("notifications/progress"), "{text}");
+    assert!(text.contains("BACKEND_TIMEOUT"), "{text}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "answered at the contract's timeout, not the backend's 2 s: {took:?}"
     );
 }

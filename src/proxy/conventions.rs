@@ -62,7 +62,7 @@ pub struct Call<'a> {
 
 impl Call<'_> {
     pub fn name(&self) -> String {
-        match (self.mcp_method, self.target) {
+        match (self.mcp_method.map(bounded), self.target) {
             (Some(method), Some(target)) => format!("{method} {target}"),
             (Some(method), None) => method.to_string(),
             (None, _) => match self.route {
@@ -108,7 +108,10 @@ impl Call<'_> {
         }
         match self.mcp_method {
             Some(method) => {
-                out.push(KeyValue::new("mcp.method.name", method.to_string()));
+                out.push(KeyValue::new(
+                    "mcp.method.name",
+                    bounded(method).to_string(),
+                ));
                 let optional = [
                     ("mcp.session.id", self.session),
                     ("mcp.protocol.version", request.protocol_version.as_deref()),
@@ -154,6 +157,44 @@ impl Call<'_> {
         if let Some(error_type) = self.error_type {
             out.push(KeyValue::new("error.type", error_type.to_string()));
         }
+    }
+}
+
+/// The methods of the MCP specification, as span names and attributes may carry them.
+const MCP_METHODS: [&str; 24] = [
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "roots/list",
+    "sampling/createMessage",
+    "elicitation/create",
+    "notifications/initialized",
+    "notifications/cancelled",
+    "notifications/progress",
+    "notifications/message",
+    "notifications/roots/list_changed",
+    "notifications/resources/updated",
+    "notifications/tools/list_changed",
+];
+
+/// A method the specification names, or `_OTHER`: a method name is the client's to
+/// choose, and every distinct one would be a new span name and series.
+fn bounded(method: &str) -> &str {
+    if MCP_METHODS.contains(&method) {
+        method
+    } else {
+        "_OTHER"
     }
 }
 

@@ -231,6 +231,8 @@ impl Outcome {
         copy.args_digest = self.args_digest.clone();
         copy.captured_args = self.captured_args.clone();
         copy.decision = self.decision;
+        copy.code = self.code;
+        copy.rule = self.rule.clone();
         copy.policy_version = self.policy_version;
         copy.upstream_status = self.upstream_status;
         copy
@@ -247,37 +249,38 @@ impl Outcome {
         if !self.span.is_recording() {
             return;
         }
-        if let Some(code) = self.code {
+        // An error span: refused, or allowed but failed by the backend or the tool. A
+        // shadow-deny that ran fine is no error: the call did what it was asked, and its
+        // would-be code refused nothing.
+        let backend_failed = self.code.is_some_and(|c| {
+            matches!(
+                c,
+                Code::BackendTimeout
+                    | Code::BackendUnavailable
+                    | Code::BackendError
+                    | Code::BackendRejected
+                    | Code::OutputContractViolation
+            )
+        });
+        let refused = self.decision == Decision::Deny || backend_failed;
+        let error_type = match self.code {
+            Some(code) if refused => Some(code.as_str()),
+            None if self.decision == Decision::Deny => Some("_OTHER"),
+            _ if self.tool_error => Some("tool_error"),
+            _ => None,
+        };
+        if let Some(code) = self.code.filter(|_| refused) {
             self.span.event(
                 attributes::REFUSED,
                 vec![KeyValue::new(attributes::CODE, code.as_str())],
             );
         }
-        // An error span: refused, or allowed but failed by the backend or the tool. A
-        // shadow-deny that ran fine is no error: the call did what it was asked.
-        let failed = self.decision == Decision::Deny
-            || self.code.is_some_and(|c| {
-                matches!(
-                    c,
-                    Code::BackendTimeout
-                        | Code::BackendUnavailable
-                        | Code::BackendError
-                        | Code::BackendRejected
-                        | Code::OutputContractViolation
-                )
-            })
-            || self.tool_error;
-        self.end_span(failed);
+        self.end_span(error_type);
     }
 
     /// The span's name and attributes (docs/observability.md); never argument values.
-    fn end_span(&self, failed: bool) {
-        let error_type = match (failed, self.code) {
-            (false, _) => None,
-            (true, Some(code)) => Some(code.as_str()),
-            (true, None) if self.tool_error => Some("tool_error"),
-            (true, None) => Some("_OTHER"),
-        };
+    fn end_span(&self, error_type: Option<&str>) {
+        let failed = error_type.is_some();
         let mut attributes = vec![KeyValue::new(attributes::DECISION, self.decision.as_str())];
         let optional = [
             (attributes::AGENT_ID, self.agent.clone()),

@@ -286,7 +286,8 @@ async fn call(seen: &Seen, id: &Value, hold: &Arc<Notify>) -> Response<Body> {
                 &result(
                     id,
                     json!({"resultType": "complete", "content": [{"type": "text",
-                           "text": format!("done with {responses} after {}", params["requestState"])}]}),
+                           "text": format!("done with {responses} after {}", params["requestState"])}],
+                           "structuredContent": {"done": true, "secret": "s3"}}),
                 ),
             ),
         },

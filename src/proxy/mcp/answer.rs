@@ -190,7 +190,9 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
             tracing::warn!("dropping an upstream event that is not JSON");
             return None;
         };
-        if !is_response(&value) {
+        // A request or notification for the client passes as it came; a response, or a
+        // batch that may hold one, is checked.
+        if !value.is_array() && !is_response(&value) {
             return Some(event.raw);
         }
         if self.drop_responses {
@@ -200,10 +202,12 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
             };
             return Some(event.with_data(&serde_json::to_string(&message).unwrap_or_default()));
         }
+        let Some(answer) = answer_in(value, &self.id) else {
+            tracing::warn!("dropping an upstream batch that holds no answer to the call");
+            return None;
+        };
         self.answered = true;
-        let message = self
-            .rewrite
-            .answer(answer_in(value, &self.id).unwrap_or_default());
+        let message = self.rewrite.answer(answer);
         Some(event.with_data(&serde_json::to_string(&message).unwrap_or_default()))
     }
 
@@ -403,5 +407,47 @@ pub fn unread_reject(failure: Failure) -> Reject {
             Code::BackendError,
             "the backend's answer is not a JSON-RPC response",
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use serde_json::json;
+
+    struct Mark;
+
+    impl Rewrite for Mark {
+        fn answer(&mut self, mut message: Value) -> Value {
+            message["checked"] = json!(true);
+            message
+        }
+
+        fn failed(&mut self, _: Failure) -> Value {
+            json!("failed")
+        }
+    }
+
+    async fn reemit(body: Body) -> String {
+        String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    }
+
+    fn stream(data: &str) -> Full<Bytes> {
+        Full::new(Bytes::from(format!("event: message\ndata: {data}\n\n")))
+    }
+
+    #[tokio::test]
+    async fn a_batch_in_a_stream_is_checked_not_passed() {
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"result":{"x":1}}]"#;
+        let out = reemit(rewrite_sse(stream(batch), json!(1), Mark, 1 << 16, None)).await;
+        assert!(out.contains(r#""checked":true"#), "{out}");
+        let out = reemit(rewrite_sse(stream(batch), json!(2), Mark, 1 << 16, None)).await;
+        assert!(!out.contains("result"), "no answer to the call: dropped: {out}");
+        let out = reemit(without_responses(stream(batch), 1 << 16)).await;
+        assert!(!out.contains("result"), "{out}");
+        let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#;
+        let out = reemit(without_responses(stream(note), 1 << 16)).await;
+        assert!(out.contains("notifications/progress"), "{out}");
     }
 }

@@ -243,6 +243,9 @@ impl answer::Rewrite for Replayed {
     }
 
     fn replayed(&mut self, message: Value) -> Option<Value> {
+        if !answers_a_call(&message) {
+            return None;
+        }
         let id = message.get("id")?;
         let tool = self.gate.mcp_pending.tool(&self.session, id)?;
         let snapshot = self.snapshot.as_ref()?;
@@ -252,5 +255,43 @@ impl answer::Rewrite for Replayed {
             Ok(shaped) => shaped,
             Err(reject) => Refusal::of_call(reject).message(&id, &self.trace_id, self.modern),
         })
+    }
+}
+
+/// Whether a replayed message can be the answer to a tools/call: an error, a result with
+/// `content`, or a round asking for input. Ids are the client's to choose, so a listing
+/// replayed under a call's id must not pass for the call's answer.
+fn answers_a_call(message: &Value) -> bool {
+    if message.get("error").is_some() {
+        return true;
+    }
+    message.get("result").is_some_and(|r| {
+        r.get("tools").is_none()
+            && (r.get("content").is_some_and(Value::is_array)
+                || r.get("resultType").and_then(Value::as_str) == Some("input_required"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_a_call_answer_is_taken_for_one() {
+        let answer = |result: Value| json!({"jsonrpc": "2.0", "id": 5, "result": result});
+        assert!(answers_a_call(&answer(json!({"content": []}))));
+        assert!(answers_a_call(&answer(
+            json!({"resultType": "input_required"})
+        )));
+        assert!(answers_a_call(
+            &json!({"jsonrpc": "2.0", "id": 5, "error": {"code": 1}})
+        ));
+        let listing = answer(json!({"tools": [{"name": "x"}], "resultType": "complete"}));
+        assert!(!answers_a_call(&listing));
+        assert!(!answers_a_call(&answer(
+            json!({"content": [], "tools": []})
+        )));
+        assert!(!answers_a_call(&answer(json!({"resources": []}))));
     }
 }

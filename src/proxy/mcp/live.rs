@@ -26,6 +26,9 @@ use crate::proxy::body::{Body, BoxError};
 
 /// Events a lead may fall behind by before relaying waits for it.
 const RELAY_BUFFER: usize = 64;
+/// How long a lead waits for the flight to settle once relaying has ended: the collector
+/// settles it as it returns, so this only covers the step between the two.
+const SETTLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What the collector relays to the lead.
 pub enum Relay {
@@ -61,6 +64,11 @@ impl Tap {
         let Some(tx) = &self.tx else {
             return;
         };
+        // Past the lead's deadline it has stopped listening (it answered the timeout).
+        if Instant::now() >= self.deadline {
+            self.tx = None;
+            return;
+        }
         let sent = tokio::time::timeout_at(self.deadline, tx.send(relay)).await;
         if !matches!(sent, Ok(Ok(()))) {
             tracing::debug!("the lead of a call stopped taking its progress");
@@ -83,14 +91,24 @@ where
     });
     let frames = futures_util::stream::unfold(state, |state| async move {
         let mut lead = state?;
-        while let Some(relay) = lead.rx.recv().await {
-            if let Relay::Event(raw) = relay {
-                return Some((Ok::<_, BoxError>(Frame::data(raw)), Some(lead)));
+        // The contract's timeout holds until the result arrives, events or not.
+        let settled = loop {
+            match tokio::time::timeout_at(lead.deadline, lead.rx.recv()).await {
+                Ok(Some(Relay::Event(raw))) => {
+                    return Some((Ok::<_, BoxError>(Frame::data(raw)), Some(lead)))
+                }
+                Ok(Some(Relay::Head(_))) => continue,
+                // The collector is done relaying: the flight settles as it returns, so
+                // wait for it a moment even at the deadline.
+                Ok(None) => {
+                    let wait = lead.deadline.saturating_duration_since(Instant::now());
+                    break lead.flight.outcome(wait.max(SETTLE_GRACE)).await;
+                }
+                // Out of time while the call runs on: the lead is answered now.
+                Err(_) => break lead.flight.settled(),
             }
-        }
-        // The collector is done relaying: the call settled, failed, or ran out of time.
-        let wait = lead.deadline.saturating_duration_since(Instant::now());
-        let message = (lead.finish)(lead.flight.outcome(wait).await);
+        };
+        let message = (lead.finish)(settled);
         let data = serde_json::to_string(&message).unwrap_or_default();
         let last = Bytes::from(format!("event: message\ndata: {data}\n\n"));
         Some((Ok(Frame::data(last)), None))

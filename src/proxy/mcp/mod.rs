@@ -190,7 +190,7 @@ async fn single(
             .params()
             .and_then(|p| p.get("name"))
             .and_then(serde_json::Value::as_str)
-            .filter(|_| method != "tools/call");
+            .filter(|_| method == "prompts/get");
         outcome.mcp_message(method, message.id.as_ref(), target);
     }
     if let Err(refusal) = modern::check_headers(&ex.parts.headers, &message, ex.modern) {
@@ -285,6 +285,7 @@ impl Exchange<'_> {
             Instant::now(),
             self.gate.audit.is_on(),
         );
+        outcome.requested(self.parts);
         outcome.identified(&self.agent.id);
         outcome.in_session(self.session);
         outcome.under_policy(self.snapshot.as_ref().map(|s| s.version));

@@ -302,7 +302,16 @@ async fn lead(
             Some(settled) => once::answer(&settled, contract, &answer_id).map_err(|r| r.reject),
         };
         match answered {
-            Ok((_, message)) => message,
+            Ok((_, message)) => {
+                if let Some(follow_up) = rewrite
+                    .follow_up
+                    .as_mut()
+                    .filter(|_| is_tool_error(&message))
+                {
+                    follow_up.tool_error();
+                }
+                message
+            }
             Err(reject) => rewrite.refused(reject),
         }
     };
