@@ -1130,4 +1130,36 @@ async fn a_live_call_that_runs_once_is_answered_at_its_timeout() {
         took < Duration::from_millis(1500),
         "answered at the contract's timeout, not the backend's 2 s: {took:?}"
     );
+    // A lead whose client leaves mid-stream: the call's failure is still recorded.
+    let gone = open(
+        &h,
+        "POST",
+        &[],
+        call(json!(10), "slow_stream_late", json!({"n": 2})),
+    )
+    .await;
+    let mut stream = gone.into_body();
+    assert!(next_chunk(&mut stream)
+        .await
+        .contains("notifications/progress"));
+    drop(stream);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let dir = h.stop_keeping_files().await;
+    let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    let late: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["tool"] == "slow_stream_late")
+        .collect();
+    let codes: Vec<&Value> = late.iter().map(|r| &r["code"]).collect();
+    assert_eq!(
+        codes,
+        [
+            &Value::Null,
+            &json!("BACKEND_TIMEOUT"),
+            &Value::Null,
+            &json!("BACKEND_TIMEOUT")
+        ],
+        "each lead's record, then its timeout: {text}"
+    );
 }

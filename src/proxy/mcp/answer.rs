@@ -443,7 +443,10 @@ mod tests {
         let out = reemit(rewrite_sse(stream(batch), json!(1), Mark, 1 << 16, None)).await;
         assert!(out.contains(r#""checked":true"#), "{out}");
         let out = reemit(rewrite_sse(stream(batch), json!(2), Mark, 1 << 16, None)).await;
-        assert!(!out.contains("result"), "no answer to the call: dropped: {out}");
+        assert!(
+            !out.contains("result"),
+            "no answer to the call: dropped: {out}"
+        );
         let out = reemit(without_responses(stream(batch), 1 << 16)).await;
         assert!(!out.contains("result"), "{out}");
         let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#;

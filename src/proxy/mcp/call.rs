@@ -16,6 +16,8 @@ use super::answer::Failure;
 use super::jsonrpc::Message;
 use super::reply::Refusal;
 use super::Exchange;
+use crate::limits::dedupe::{Flight, Settled};
+use crate::limits::once::unknown_outcome;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::schema::empty_args;
@@ -27,6 +29,7 @@ use crate::proxy::stage::shape;
 use crate::proxy::upstream::{self, failure_reject};
 use crate::vocab::args::Args;
 use crate::vocab::{Code, Reject};
+use std::time::Duration;
 
 /// A call the gate let through, and the message to forward.
 pub struct Permit<'s> {
@@ -188,6 +191,9 @@ pub struct FollowUp {
     gate: Arc<Gate>,
     /// The call's facts and its span; taken when a refusal records it.
     outcome: Option<Outcome>,
+    /// A live lead's call, running detached: if the stream goes before its outcome is
+    /// known (the client left), the outcome is still awaited and a failure recorded.
+    watch: Option<(Arc<Flight>, tokio::time::Instant, Duration)>,
 }
 
 impl FollowUp {
@@ -196,7 +202,19 @@ impl FollowUp {
         FollowUp {
             gate: gate.clone(),
             outcome: Some(outcome.follow_up()),
+            watch: None,
         }
+    }
+
+    /// The stream is a live lead's: its call runs on in `flight`, which the lead waits
+    /// for until `deadline` (its contract's `timeout`).
+    pub fn watch(
+        &mut self,
+        flight: Arc<Flight>,
+        deadline: tokio::time::Instant,
+        timeout: Duration,
+    ) {
+        self.watch = Some((flight, deadline, timeout));
     }
 
     /// The tool answered `isError: true` in the stream: the span says so when it ends.
@@ -223,9 +241,31 @@ impl Drop for FollowUp {
     /// The stream ended without a refusal (or its client left): the span ends as the call
     /// went.
     fn drop(&mut self) {
-        if let Some(outcome) = self.outcome.take() {
-            outcome.close_span();
-        }
+        let Some(mut outcome) = self.outcome.take() else {
+            return;
+        };
+        let (Some((flight, deadline, timeout)), Ok(runtime)) =
+            (self.watch.take(), tokio::runtime::Handle::try_current())
+        else {
+            return outcome.close_span();
+        };
+        // The stream went before the call's outcome reached it: a failure of the call
+        // that ran is still recorded, as it would have been in the stream.
+        let gate = self.gate.clone();
+        runtime.spawn(async move {
+            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let failed = match flight.outcome(wait).await.as_deref() {
+                Some(Settled::Failed { reject, .. }) => reject.clone(),
+                Some(Settled::Answered(_)) => return outcome.close_span(),
+                // What the lead would have been told at its timeout.
+                None => unknown_outcome(
+                    timeout,
+                    "the call may still complete; it will not be sent again",
+                ),
+            };
+            outcome.refused(&failed);
+            outcome.record(&gate.metrics, &gate.audit).await;
+        });
     }
 }
 

@@ -294,6 +294,9 @@ async fn lead(
     };
     outcome.answered(StatusCode::OK.as_u16());
     let mut rewrite = CallRewrite::new(ex, snapshot.clone(), tool, id, outcome);
+    if let Some(follow_up) = rewrite.follow_up.as_mut() {
+        follow_up.watch(flight.clone(), deadline, timeout);
+    }
     let answer_id = id.clone();
     let finish = move |settled: Option<Arc<Settled>>| {
         let contract = snapshot.contract(tool);
