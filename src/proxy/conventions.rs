@@ -33,7 +33,7 @@ impl Request {
         Request {
             method: parts.method.clone(),
             version: parts.version,
-            connection: parts.extensions.get::<Connection>().copied(),
+            connection: parts.extensions.get::<Connection>().cloned(),
             protocol_version: parts
                 .headers
                 .get("mcp-protocol-version")
@@ -84,10 +84,10 @@ impl Call<'_> {
                 _ => "1.1",
             },
         ));
-        if let Some(connection) = request.connection {
+        if let Some(connection) = &request.connection {
             out.push(KeyValue::new(
                 "client.address",
-                connection.client.ip().to_string(),
+                connection.client_ip.clone(),
             ));
             out.push(KeyValue::new(
                 "client.port",
@@ -95,7 +95,7 @@ impl Call<'_> {
             ));
             out.push(KeyValue::new(
                 "server.address",
-                connection.server.ip().to_string(),
+                connection.server_ip.clone(),
             ));
             out.push(KeyValue::new(
                 "server.port",
@@ -108,10 +108,7 @@ impl Call<'_> {
         }
         match self.mcp_method {
             Some(method) => {
-                out.push(KeyValue::new(
-                    "mcp.method.name",
-                    bounded(method).to_string(),
-                ));
+                out.push(KeyValue::new("mcp.method.name", bounded(method)));
                 let optional = [
                     ("mcp.session.id", self.session),
                     ("mcp.protocol.version", request.protocol_version.as_deref()),
@@ -126,7 +123,7 @@ impl Call<'_> {
             None => {
                 out.push(KeyValue::new(
                     "http.request.method",
-                    request.method.to_string(),
+                    static_method(&request.method),
                 ));
                 if let Some(route) = self.route {
                     out.push(KeyValue::new("http.route", route.to_string()));
@@ -160,6 +157,23 @@ impl Call<'_> {
     }
 }
 
+/// An HTTP method as a static string (no allocation per span); others `_OTHER`, as the
+/// conventions name a method they don't know.
+fn static_method(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "_OTHER",
+    }
+}
+
 /// The methods of the MCP specification, as span names and attributes may carry them.
 const MCP_METHODS: [&str; 24] = [
     "initialize",
@@ -190,12 +204,12 @@ const MCP_METHODS: [&str; 24] = [
 
 /// A method the specification names, or `_OTHER`: a method name is the client's to
 /// choose, and every distinct one would be a new span name and series.
-fn bounded(method: &str) -> &str {
-    if MCP_METHODS.contains(&method) {
-        method
-    } else {
-        "_OTHER"
-    }
+fn bounded(method: &str) -> &'static str {
+    MCP_METHODS
+        .iter()
+        .find(|known| **known == method)
+        .copied()
+        .unwrap_or("_OTHER")
 }
 
 /// The request path as the route gives it, each parameter's value `REDACTED`.

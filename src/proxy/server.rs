@@ -111,6 +111,8 @@ pub async fn serve<H, Fut>(
         let connection = stream.local_addr().ok().map(|server| Connection {
             client,
             server,
+            client_ip: Arc::from(client.ip().to_string()),
+            server_ip: Arc::from(server.ip().to_string()),
             tls: tls.is_some(),
         });
         let builder = builder.clone();
@@ -163,11 +165,14 @@ pub async fn serve<H, Fut>(
     }
 }
 
-/// The two ends of a connection, in each request's extensions (for the span).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The two ends of a connection, in each request's extensions (for the span). The
+/// addresses are formatted once per connection, not per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connection {
     pub client: std::net::SocketAddr,
     pub server: std::net::SocketAddr,
+    pub client_ip: Arc<str>,
+    pub server_ip: Arc<str>,
     pub tls: bool,
 }
 
@@ -197,8 +202,8 @@ async fn serve_io<I, H, Fut>(
         if let Some(identity) = &peer.identity {
             request.extensions_mut().insert(identity.clone());
         }
-        if let Some(connection) = peer.connection {
-            request.extensions_mut().insert(connection);
+        if let Some(connection) = &peer.connection {
+            request.extensions_mut().insert(connection.clone());
         }
         let ambiguous = tally.next_is_ambiguous();
         if ambiguous {

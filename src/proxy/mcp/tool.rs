@@ -137,12 +137,6 @@ async fn forward_call(
     outcome.mcp_message("tools/call", message.id.as_ref(), None);
     let permit = call::decide(ex, &snapshot, message, original, outcome)?;
     let contract = permit.contract;
-    // Its answer may come back on a resumed stream instead (`pending`).
-    if let (Some(session), Some(id), false) = (ex.mcp_session(), &message.id, split) {
-        ex.gate
-            .mcp_pending
-            .record(session, id, &contract.tool, contract.timeout);
-    }
     let key = idempotency_key(&ex.parts.headers)
         .map_err(|m| Refusal::of_call(Reject::new(Code::MalformedRequest, m)))?;
     let limited = Call::new(
@@ -293,6 +287,7 @@ async fn lead(
         }
     };
     outcome.answered(StatusCode::OK.as_u16());
+    may_resume(ex, id, snapshot.contract(tool));
     let mut rewrite = CallRewrite::new(ex, snapshot.clone(), tool, id, outcome);
     if let Some(follow_up) = rewrite.follow_up.as_mut() {
         follow_up.watch(flight.clone(), deadline, timeout);
@@ -321,6 +316,17 @@ async fn lead(
     let mut response = Response::new(live::body(relays, flight, deadline, finish));
     *response.headers_mut() = headers;
     Ok(response)
+}
+
+/// A call answered with an event stream: if the stream breaks, its answer may come back
+/// on the session's resumed stream instead, so remember which tool it called
+/// (`pending`). A call answered with one JSON body can't be resumed.
+fn may_resume(ex: &Exchange<'_>, id: &Value, contract: &Contract) {
+    if let Some(session) = ex.mcp_session().filter(|_| !id.is_null()) {
+        ex.gate
+            .mcp_pending
+            .record(session, id, &contract.tool, contract.timeout);
+    }
 }
 
 /// Whether a tools/call answer is the tool's own error (`isError: true`).
@@ -361,6 +367,7 @@ async fn deliver(
     }
     match shape_of(&response) {
         Shape::EventStream => {
+            may_resume(ex, id, contract);
             let (mut parts, incoming) = response.into_parts();
             clean(&mut parts.headers);
             parts.headers.remove(header::CONTENT_LENGTH);
