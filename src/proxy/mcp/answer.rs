@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::jsonrpc::{answer_in, is_response};
-use super::live::{Relay, Tap};
+use super::live::Tap;
 use super::sse::{Event, Parser};
 use crate::proxy::body::{read_limited, Body, BoxError, ReadError};
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
@@ -280,7 +280,7 @@ pub async fn collect_relaying(
     strip_hop_by_hop(&mut parts.headers);
     strip_toolgate(&mut parts.headers);
     parts.headers.remove(header::CONTENT_LENGTH);
-    tap.send(Relay::Head(parts.headers)).await;
+    tap.open(parts.headers);
     collect_sse(incoming, id, max, deadline, Some(tap)).await
 }
 
@@ -367,7 +367,7 @@ async fn collect_sse(
                 false
             };
             if let Some(tap) = tap.as_deref_mut().filter(|_| relay) {
-                tap.send(Relay::Event(event.raw)).await;
+                tap.send(event.raw).await;
             }
         }
         if eof {

@@ -9,8 +9,10 @@
 //! settled flight and shaped for this delivery. Duplicates get only the final response:
 //! a server-to-client request is meant for the first caller alone.
 //!
-//! A lead whose client reads too slowly, or has left, stops being relayed to; the call
-//! itself is never held up for it beyond the dedupe window.
+//! Most answers are one JSON body: then nothing is relayed, and the only cost is a
+//! oneshot that closes. The event channel exists only once the upstream answers with an
+//! event stream. A lead whose client reads too slowly, or has left, stops being relayed
+//! to; the call itself is never held up for it beyond the lead's deadline.
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -18,7 +20,8 @@ use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::limits::dedupe::{Flight, Settled};
@@ -28,63 +31,77 @@ use crate::proxy::body::{Body, BoxError};
 const RELAY_BUFFER: usize = 64;
 /// How long a lead waits for the flight to settle once relaying has ended: the collector
 /// settles it as it returns, so this only covers the step between the two.
-const SETTLE_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+const SETTLE_GRACE: Duration = Duration::from_secs(1);
 
-/// What the collector relays to the lead.
-pub enum Relay {
-    /// The upstream answered with an event stream: these are its (cleaned) headers.
-    Head(HeaderMap),
-    /// One event, as the upstream sent it.
-    Event(Bytes),
+/// An upstream event stream, as the lead receives it.
+pub struct Relayed {
+    /// The stream's (cleaned) response headers.
+    pub headers: HeaderMap,
+    pub events: mpsc::Receiver<Bytes>,
 }
 
-/// The collector's end: relays until the lead is gone or too slow.
+/// The collector's end: relays until the lead is gone, too slow, or past its deadline.
 pub struct Tap {
-    tx: Option<mpsc::Sender<Relay>>,
-    /// Past it, relaying gives up rather than delay the call's outcome.
+    head: Option<oneshot::Sender<Relayed>>,
+    events: Option<mpsc::Sender<Bytes>>,
     deadline: Instant,
 }
 
-/// A tap and the lead's end of it.
-pub fn channel(deadline: Instant) -> (Tap, mpsc::Receiver<Relay>) {
-    let (tx, rx) = mpsc::channel(RELAY_BUFFER);
-    (
-        Tap {
-            tx: Some(tx),
-            deadline,
-        },
-        rx,
-    )
+/// A tap, and the lead's end of it: an event stream, or closed when the answer is not one.
+pub fn channel(deadline: Instant) -> (Tap, oneshot::Receiver<Relayed>) {
+    let (head, opened) = oneshot::channel();
+    let tap = Tap {
+        head: Some(head),
+        events: None,
+        deadline,
+    };
+    (tap, opened)
 }
 
 impl Tap {
-    /// Relays `relay`, waiting for room until the deadline; a lead that has left or
+    /// The upstream answers with an event stream: hand it to the lead.
+    pub fn open(&mut self, headers: HeaderMap) {
+        let Some(head) = self.head.take() else {
+            return;
+        };
+        let (tx, events) = mpsc::channel(RELAY_BUFFER);
+        if head.send(Relayed { headers, events }).is_ok() {
+            self.events = Some(tx);
+        }
+    }
+
+    /// Relays one event, waiting for room until the deadline; a lead that has left or
     /// fallen behind is dropped and never waited for again.
-    pub async fn send(&mut self, relay: Relay) {
-        let Some(tx) = &self.tx else {
+    pub async fn send(&mut self, event: Bytes) {
+        let Some(tx) = &self.events else {
             return;
         };
         // Past the lead's deadline it has stopped listening (it answered the timeout).
         if Instant::now() >= self.deadline {
-            self.tx = None;
+            self.events = None;
             return;
         }
-        let sent = tokio::time::timeout_at(self.deadline, tx.send(relay)).await;
+        let sent = tokio::time::timeout_at(self.deadline, tx.send(event)).await;
         if !matches!(sent, Ok(Ok(()))) {
             tracing::debug!("the lead of a call stopped taking its progress");
-            self.tx = None;
+            self.events = None;
         }
     }
 }
 
 /// The lead's SSE body: every relayed event as it comes, then the final response that
 /// `finish` makes of the flight's outcome (`None`: not settled by `deadline`).
-pub fn body<F>(rx: mpsc::Receiver<Relay>, flight: Arc<Flight>, deadline: Instant, finish: F) -> Body
+pub fn body<F>(
+    events: mpsc::Receiver<Bytes>,
+    flight: Arc<Flight>,
+    deadline: Instant,
+    finish: F,
+) -> Body
 where
     F: FnOnce(Option<Arc<Settled>>) -> Value + Send + Sync + 'static,
 {
     let state = Some(Lead {
-        rx,
+        events,
         flight,
         deadline,
         finish,
@@ -92,21 +109,13 @@ where
     let frames = futures_util::stream::unfold(state, |state| async move {
         let mut lead = state?;
         // The contract's timeout holds until the result arrives, events or not.
-        let settled = loop {
-            match tokio::time::timeout_at(lead.deadline, lead.rx.recv()).await {
-                Ok(Some(Relay::Event(raw))) => {
-                    return Some((Ok::<_, BoxError>(Frame::data(raw)), Some(lead)))
-                }
-                Ok(Some(Relay::Head(_))) => continue,
-                // The collector is done relaying: the flight settles as it returns, so
-                // wait for it a moment even at the deadline.
-                Ok(None) => {
-                    let wait = lead.deadline.saturating_duration_since(Instant::now());
-                    break lead.flight.outcome(wait.max(SETTLE_GRACE)).await;
-                }
-                // Out of time while the call runs on: the lead is answered now.
-                Err(_) => break lead.flight.settled(),
-            }
+        let settled = match tokio::time::timeout_at(lead.deadline, lead.events.recv()).await {
+            Ok(Some(event)) => return Some((Ok::<_, BoxError>(Frame::data(event)), Some(lead))),
+            // The collector is done relaying: the flight settles as it returns, so wait
+            // for it a moment even at the deadline.
+            Ok(None) => lead.flight.outcome(settle_wait(lead.deadline)).await,
+            // Out of time while the call runs on: the lead is answered now.
+            Err(_) => lead.flight.settled(),
         };
         let message = (lead.finish)(settled);
         let data = serde_json::to_string(&message).unwrap_or_default();
@@ -116,8 +125,15 @@ where
     BodyExt::boxed(StreamBody::new(frames))
 }
 
+/// How long to wait for a flight whose collector has returned.
+pub fn settle_wait(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(SETTLE_GRACE)
+}
+
 struct Lead<F> {
-    rx: mpsc::Receiver<Relay>,
+    events: mpsc::Receiver<Bytes>,
     flight: Arc<Flight>,
     deadline: Instant,
     finish: F,

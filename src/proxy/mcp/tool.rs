@@ -16,13 +16,13 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::oneshot;
 
 use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
 use super::call::{self, failure_to_reject, shape_answer, FollowUp};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
-use super::live::{self, Relay};
+use super::live::{self, Relayed};
 use super::once;
 use super::reply::{self, Refusal};
 use super::Exchange;
@@ -104,7 +104,7 @@ struct Leading {
     snapshot: Arc<Snapshot>,
     tool: ToolId,
     flight: Arc<Flight>,
-    relays: mpsc::Receiver<Relay>,
+    relays: oneshot::Receiver<Relayed>,
     deadline: tokio::time::Instant,
 }
 
@@ -271,18 +271,21 @@ async fn lead(
         snapshot,
         tool,
         flight,
-        mut relays,
+        relays,
         deadline,
     } = leading;
     let timeout = snapshot.contract(tool).timeout;
     let unknown = || Refusal::of_call(unsettled(timeout));
-    let headers = match tokio::time::timeout_at(deadline, relays.recv()).await {
+    let Relayed { headers, events } = match tokio::time::timeout_at(deadline, relays).await {
         Err(_) => return Err(unknown()),
-        Ok(Some(Relay::Head(headers))) => headers,
-        // Nothing streams (a JSON answer, a failure): the outcome is the answer.
-        Ok(_) => {
-            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let settled = flight.outcome(wait).await.ok_or_else(unknown)?;
+        Ok(Ok(relayed)) => relayed,
+        // Nothing streams (a JSON answer, a failure): the outcome is the answer; the
+        // collector settles the flight as it returns.
+        Ok(Err(_)) => {
+            let settled = flight
+                .outcome(live::settle_wait(deadline))
+                .await
+                .ok_or_else(unknown)?;
             return once_response(&settled, snapshot.contract(tool), id, outcome);
         }
     };
@@ -313,7 +316,7 @@ async fn lead(
             Err(reject) => rewrite.refused(reject),
         }
     };
-    let mut response = Response::new(live::body(relays, flight, deadline, finish));
+    let mut response = Response::new(live::body(events, flight, deadline, finish));
     *response.headers_mut() = headers;
     Ok(response)
 }
