@@ -147,7 +147,10 @@ impl Sidecar {
         let agent_gate = gate.clone();
         let agent = tokio::spawn(serve(
             agent_listener,
-            ConnLimits::from_settings(&settings.limits),
+            ConnLimits {
+                tag_connections: settings.telemetry.otlp_endpoint.is_some(),
+                ..ConnLimits::from_settings(&settings.limits)
+            },
             tls,
             move |request| pipeline::serve(agent_gate.clone(), request),
             until_stopped(stopped.clone()),

@@ -24,9 +24,8 @@ mod common;
 mod peers;
 
 use common::*;
-use peers::{python, Peer};
+use peers::{client_within, Peer};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::Instant;
 
 /// `deliberate` and `slow_count` with no `idempotent` (so false) and a few seconds'
@@ -99,26 +98,10 @@ async fn start_with(peer: &Peer, policies: &str) -> Harness {
 /// Runs `client.py ... call-interactive <args>` once (legacy handshake, protocol
 /// 2025-11-25); its one JSON summary.
 async fn interactive(url: &str, token: Option<&str>, args: &[&str]) -> Value {
-    let mut command = Command::new(python());
-    command
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/client.py"))
-        .args(["--url", url, "--mode", "legacy", "--timeout", "170"]);
-    if let Some(token) = token {
-        command.args(["--token", token]);
-    }
-    command.arg("call-interactive").args(args);
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("client.py runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "client.py failed: {stdout} {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("client.py printed no JSON ({e}): {stdout}"))
+    let scenario: Vec<&str> = std::iter::once("call-interactive")
+        .chain(args.iter().copied())
+        .collect();
+    client_within(url, token, "legacy", "170", &scenario).await
 }
 
 /// `n` interactive `deliberate` calls, each with its own topic: all correct, none

@@ -29,6 +29,27 @@ async fn start(backend: &McpBackend) -> Harness {
     .await
 }
 
+/// The fixture's policies plus a contract for `tool` (`spec`: its other fields, YAML flow
+/// style), granted to ops-bot.
+async fn start_with_tool(backend: &McpBackend, tool: &str, spec: &str) -> Harness {
+    let name = tool.replace('_', "-");
+    let policies = format!(
+        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: {name}}}\nspec: {{tool: {tool}, {spec}}}\n",
+        POLICIES.replace(
+            "    - name: read_logs\n",
+            &format!("    - name: read_logs\n    - name: {tool}\n")
+        )
+    );
+    Harness::start(
+        backend.addr,
+        Options {
+            policies,
+            ..Options::default()
+        },
+    )
+    .await
+}
+
 fn call(id: Value, name: &str, args: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}})
         .to_string()
@@ -816,21 +837,7 @@ async fn foreign_origins_and_hosts_are_refused_before_forwarding() {
 async fn a_call_that_runs_once_streams_its_progress_live() {
     let backend = McpBackend::start().await;
     // slow_stream_once: progress at once, the result 2 s later; not idempotent.
-    let policies = format!(
-        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: once}}\nspec: {{tool: slow_stream_once, timeoutMs: 5000}}\n",
-        POLICIES.replace(
-            "    - name: slow_stream\n",
-            "    - name: slow_stream\n    - name: slow_stream_once\n"
-        )
-    );
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies,
-            ..Options::default()
-        },
-    )
-    .await;
+    let h = start_with_tool(&backend, "slow_stream_once", "timeoutMs: 5000").await;
     let started = std::time::Instant::now();
     let body = call(json!(1), "slow_stream_once", json!({"n": 1}));
     let lead = open(&h, "POST", &[], body.clone()).await;
@@ -879,18 +886,7 @@ async fn a_call_that_runs_once_streams_its_progress_live() {
 #[tokio::test]
 async fn each_round_of_a_multi_round_call_is_forwarded() {
     let backend = McpBackend::start().await;
-    let policies = format!(
-        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: ask}}\nspec: {{tool: ask_twice, redact: [/secret]}}\n",
-        POLICIES.replace("    - name: read_logs\n", "    - name: read_logs\n    - name: ask_twice\n")
-    );
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies,
-            ..Options::default()
-        },
-    )
-    .await;
+    let h = start_with_tool(&backend, "ask_twice", "redact: [/secret]").await;
     let first = call(json!(1), "ask_twice", json!({"amount": 5}));
     let r = post(&h, Some(OPS_TOKEN), &[], &first).await;
     assert_eq!(
@@ -1097,21 +1093,7 @@ async fn the_mcp_endpoint_is_an_oauth_resource_server() {
 async fn a_live_call_that_runs_once_is_answered_at_its_timeout() {
     let backend = McpBackend::start().await;
     // slow_stream_late: progress at once, the result 2 s later; 300 ms allowed.
-    let policies = format!(
-        "{}---\napiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {{name: late}}\nspec: {{tool: slow_stream_late, timeoutMs: 300}}\n",
-        POLICIES.replace(
-            "    - name: slow_stream\n",
-            "    - name: slow_stream\n    - name: slow_stream_late\n"
-        )
-    );
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies,
-            ..Options::default()
-        },
-    )
-    .await;
+    let h = start_with_tool(&backend, "slow_stream_late", "timeoutMs: 300").await;
     let started = std::time::Instant::now();
     let lead = open(
         &h,

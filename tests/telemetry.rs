@@ -261,16 +261,7 @@ async fn metrics_parse_as_prometheus_text_without_agent_labels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_failure_marks_the_server_span_as_an_error() {
-    let (collector, endpoint, _server) = Collector::grpc().await;
-    let backend = Backend::example().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
-            ..Options::default()
-        },
-    )
-    .await;
+    let (collector, _server, _backend, h) = rest_exporting().await;
     h.call("GET", "/reports/7", Some(OPS_TOKEN), &[], "")
         .await
         .assert_refused("BACKEND_ERROR", 502);
@@ -304,16 +295,7 @@ async fn a_backend_failure_marks_the_server_span_as_an_error() {
 /// the first call, has none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_requests_really_sent_have_client_spans() {
-    let (collector, endpoint, _server) = Collector::grpc().await;
-    let backend = Backend::example().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
-            ..Options::default()
-        },
-    )
-    .await;
+    let (collector, _server, backend, h) = rest_exporting().await;
     let body = r#"{"project_key": "OPS", "title": "disk full"}"#;
     let first = h.call("POST", "/issues", Some(OPS_TOKEN), &[], body).await;
     let again = h.call("POST", "/issues", Some(OPS_TOKEN), &[], body).await;
@@ -476,6 +458,21 @@ async fn mcp_exporting() -> (Collector, tokio::task::JoinHandle<()>, McpBackend,
         backend.addr,
         Options {
             policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    (collector, server, backend, h)
+}
+
+/// A sidecar in front of the example REST backend, exporting to a collector.
+async fn rest_exporting() -> (Collector, tokio::task::JoinHandle<()>, Backend, Harness) {
+    let (collector, endpoint, server) = Collector::grpc().await;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
             tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
             ..Options::default()
         },

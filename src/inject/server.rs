@@ -65,6 +65,7 @@ impl Injector {
             max_headers_backstop: 100,
             max_connections: 1024,
             drain_timeout: Duration::from_secs(5),
+            tag_connections: false,
         };
         tracing::info!(%addr, image = %sidecar.image, "toolgate injector listening");
         let listener = tokio::spawn(serve(

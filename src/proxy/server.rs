@@ -39,6 +39,9 @@ pub struct ConnLimits {
     pub max_headers_backstop: usize,
     pub max_connections: usize,
     pub drain_timeout: Duration,
+    /// Put each connection's ends in its requests' extensions ([`Connection`]): only the
+    /// exported spans read them, so without an exporter no request pays for it.
+    pub tag_connections: bool,
 }
 
 impl ConnLimits {
@@ -48,6 +51,7 @@ impl ConnLimits {
             max_headers_backstop: (limits.max_headers * 2).clamp(limits.max_headers + 1, 1000),
             max_connections: limits.max_connections.max(1),
             drain_timeout: Duration::from_millis(limits.drain_timeout_ms),
+            tag_connections: false,
         }
     }
 
@@ -58,6 +62,7 @@ impl ConnLimits {
             max_headers_backstop: 100,
             max_connections: 64,
             drain_timeout: Duration::from_secs(1),
+            tag_connections: false,
         }
     }
 }
@@ -108,13 +113,17 @@ pub async fn serve<H, Fut>(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let connection = stream.local_addr().ok().map(|server| Connection {
-            client,
-            server,
-            client_ip: Arc::from(client.ip().to_string()),
-            server_ip: Arc::from(server.ip().to_string()),
-            tls: tls.is_some(),
-        });
+        let connection = limits
+            .tag_connections
+            .then(|| stream.local_addr().ok())
+            .flatten()
+            .map(|server| Connection {
+                client,
+                server,
+                client_ip: Arc::from(client.ip().to_string()),
+                server_ip: Arc::from(server.ip().to_string()),
+                tls: tls.is_some(),
+            });
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let handler = handler.clone();

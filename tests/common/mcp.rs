@@ -144,6 +144,17 @@ static RUNS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
 
 /// Runs `tests/mcp/client.py` once; its one line of JSON output.
 pub async fn client(url: &str, token: Option<&str>, mode: &str, scenario: &[&str]) -> Value {
+    client_within(url, token, mode, "30", scenario).await
+}
+
+/// [`client`] with the client's own overall timeout, in seconds.
+pub async fn client_within(
+    url: &str,
+    token: Option<&str>,
+    mode: &str,
+    timeout: &str,
+    scenario: &[&str],
+) -> Value {
     let _slot = RUNS.acquire().await.unwrap();
     let mut command = Command::new(python());
     command.arg(root().join("tests/mcp/client.py")).args([
@@ -152,7 +163,7 @@ pub async fn client(url: &str, token: Option<&str>, mode: &str, scenario: &[&str
         "--mode",
         mode,
         "--timeout",
-        "30",
+        timeout,
     ]);
     if let Some(token) = token {
         command.args(["--token", token]);

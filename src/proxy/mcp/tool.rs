@@ -64,6 +64,8 @@ pub async fn single(
 /// One tools/call of a batch, with its own audit record; returns its answer.
 pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
     let mut outcome = ex.element_outcome();
+    // A single call's message is noted by the dispatch (mcp::single), an element's here.
+    outcome.mcp_message("tools/call", message.id.as_ref(), None);
     let id = message.reply_id();
     let bytes = Bytes::from(message.to_bytes());
     let answer = match forward_call(ex, &mut message, bytes, &mut outcome, true).await {
@@ -134,7 +136,6 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
-    outcome.mcp_message("tools/call", message.id.as_ref(), None);
     let permit = call::decide(ex, &snapshot, message, original, outcome)?;
     let contract = permit.contract;
     let key = idempotency_key(&ex.parts.headers)
