@@ -21,6 +21,8 @@
 #   BENCH_PORT_BASE=18800  BENCH_KEEP=1 (keep the work folder)  BENCH_NO_BUILD=1
 #   BENCH_BEFORE=/path/to/an/older/toolgate: also run that binary with the full profile
 #     ("full-before"), side by side with this one, to measure an optimization
+#   BENCH_REDIS=0: leave out "full-redis", the full profile with its state on a local
+#     redis-server (state.backend: redis; docs/state.md), measured with the others
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -39,6 +41,8 @@ log() { printf '== %s\n' "$*" >&2; }
 missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+with_redis=${BENCH_REDIS:-1}
+[ "$with_redis" = 0 ] || command -v redis-server >/dev/null || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} (apt-get, as root)"
   apt-get update -qq
@@ -70,7 +74,7 @@ port_bare=$((base + 2))
 port_minimal=$((base + 3))
 port_full=$((base + 4))
 port_otlp=$((base + 5))
-ports_free "$base" $((base + 15)) BENCH_PORT_BASE
+ports_free "$base" $((base + 19)) BENCH_PORT_BASE
 
 # --- servers --------------------------------------------------------------------------
 log "starting backend, nginx, bare proxy, OTLP sink, toolgate minimal and full in $work"
@@ -149,14 +153,30 @@ telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-b
   wait_port "$port_before"
 fi
 
+port_redis=$((base + 9))
+port_full_redis=$((base + 8))
+if [ "$with_redis" != 0 ]; then
+  redis-server --port "$port_redis" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$work" >"$work/redis.log" 2>&1 &
+  pids+=($!)
+  wait_port "$port_redis"
+  start_toolgate full-redis "$port_full_redis" full.yaml "audit: {path: $work/full-redis/audit.log}
+telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-redis}
+state: {backend: redis, redis: {url: 'redis://127.0.0.1:$port_redis/0'}}"
+  pid_full_redis=${pids[-1]}
+  wait_port "$port_full_redis"
+fi
+
 export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
 BENCH_TASK=$("$kit" task-token --agent bench-bot)
 export BENCH_TASK
 
 declare -A port=([direct]=$port_backend [nginx]=$port_nginx [bare]=$port_bare
-  [minimal]=$port_minimal [full]=$port_full [full-before]=$port_before)
+  [minimal]=$port_minimal [full]=$port_full [full-before]=$port_before
+  [full-redis]=$port_full_redis)
 targets=(direct nginx bare minimal full)
 [ -n "${BENCH_BEFORE:-}" ] && targets+=(full-before)
+[ "$with_redis" != 0 ] && targets+=(full-redis)
 
 # --- sanity: every target answers both loads with a real, allowed result ---------------
 check() { # target
@@ -190,7 +210,8 @@ rss_kib() { # pid [field]: the process's (and, for nginx, its workers') memory
   echo "$total"
 }
 declare -A pid=([direct]=$pid_backend [nginx]=$(cat "$work/nginx/nginx.pid") [bare]=$pid_bare
-  [minimal]=$pid_minimal [full]=$pid_full [full-before]=${pid_before:-0})
+  [minimal]=$pid_minimal [full]=$pid_full [full-before]=${pid_before:-0}
+  [full-redis]=${pid_full_redis:-0})
 results=$work/results.tsv
 : >"$results"
 for t in "${targets[@]}"; do
@@ -296,5 +317,10 @@ printf 'cores\t%s\n' "$(nproc)" >>"$results"
 printf 'machine\t%s cores, %s\n' "$(nproc)" "$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)" >>"$results"
 [ -f "$work/full/audit.log" ] && printf 'audit_records\t%s\n' "$(wc -l <"$work/full/audit.log")" >>"$results"
 printf 'spans\t%s\n' "$(tail -1 "$work/otlp.log" 2>/dev/null)" >>"$results"
+if [ "$with_redis" != 0 ]; then
+  # One Redis round trip from a single client, for "within one round trip" of full-redis.
+  printf 'redis_rtt\t%s\n' "$(redis-benchmark -q -p "$port_redis" -c 1 -n 20000 -t ping 2>/dev/null |
+    tr '\r' '\n' | grep -o 'p50=[0-9.]*' | tail -1 | cut -d= -f2)" >>"$results"
+fi
 
 python3 "$root/bench/table.py" "$results"

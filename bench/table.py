@@ -9,7 +9,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-TARGETS = ["direct", "nginx", "bare", "minimal", "full", "full-before"]
+TARGETS = ["direct", "nginx", "bare", "minimal", "full", "full-before", "full-redis"]
 NAMES = {
     "direct": "backend alone",
     "nginx": "nginx",
@@ -17,6 +17,7 @@ NAMES = {
     "minimal": "toolgate minimal",
     "full": "toolgate full",
     "full-before": "full, before",
+    "full-redis": "full + redis",
 }
 
 
@@ -215,6 +216,16 @@ def main(path):
             r = ratio(load, conc, "full", "full-before")
             if r is not None:
                 print(f"  (optimization) full now vs before ({load}, c={conc}): {r:.2f}×")
+    if paced.get("full-redis") and paced.get("full"):
+        # Issue 21: shared state may cost at most one Redis round trip per call.
+        rtt = notes.get("redis_rtt")
+        for i, name in ((0, "p50"), (1, "p99")):
+            extra = (statistics.median(r[i] for r in paced["full-redis"]) - statistics.median(r[i] for r in paced["full"])) / 1000
+            line = f"  full + redis over full at the fixed rate, {name}: {extra:+.3f} ms"
+            if rtt and i == 0:
+                ok = extra <= float(rtt)
+                line += f" (one Redis round trip: {float(rtt):.3f} ms) — {verdict(ok)}"
+            print(line)
     for t in ("minimal", "full"):
         r = rss.get(t, {})
         if r:

@@ -24,7 +24,7 @@ use toolgate::crd::RateLimit;
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
 use toolgate::limits::{Call, Capacity, Clock, Ledger};
 use toolgate::policy::quota::Quota;
-use toolgate::proxy::decide::{decide, RequestView};
+use toolgate::proxy::decide::{decide, RequestView, Tallies};
 use toolgate::proxy::rest::classify::classify;
 use toolgate::proxy::stage::authorize;
 use toolgate::proxy::stage::identify::identify;
@@ -113,7 +113,7 @@ fn stages(c: &mut Criterion) {
             || args.clone(),
             |args| {
                 decide(
-                    &ledger,
+                    Tallies::Local(&ledger),
                     policy,
                     &agent,
                     contract,
@@ -166,6 +166,7 @@ fn stages(c: &mut Criterion) {
         policy_version: Some(1),
         upstream_status: Some(200),
         latency_us: 412,
+        state: None,
     };
     c.bench_function("audit/args_digest_1k", |b| {
         b.iter(|| args_digest(black_box(args.value())))
@@ -192,7 +193,7 @@ fn stages(c: &mut Criterion) {
             let policy = authorize::policy(&snapshot, &agent.id).unwrap();
             let contract = snapshot.contract(call.tool);
             let args = decide(
-                &ledger,
+                Tallies::Local(&ledger),
                 policy,
                 &agent,
                 contract,

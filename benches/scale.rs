@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use toolgate::limits::{Capacity, Clock, Ledger};
 use toolgate::policy::{BuildOptions, Snapshot};
-use toolgate::proxy::decide::{decide, RequestView};
+use toolgate::proxy::decide::{decide, RequestView, Tallies};
 use toolgate::proxy::rest::classify::classify;
 use toolgate::proxy::stage::authorize;
 use toolgate::vocab::Agent;
@@ -83,7 +83,16 @@ fn per_call(c: &mut Criterion) {
                         session: None,
                     };
                     let contract = snapshot.contract(call.tool);
-                    decide(&ledger, policy, agent, contract, call.args, &view, None).unwrap()
+                    decide(
+                        Tallies::Local(&ledger),
+                        policy,
+                        agent,
+                        contract,
+                        call.args,
+                        &view,
+                        None,
+                    )
+                    .unwrap()
                 })
             });
             group.finish();

@@ -59,6 +59,20 @@ if [ ! -f "$everything" ] && command -v npm >/dev/null; then
   npm install --silent --no-audit --no-fund --prefix "$tools/node" @modelcontextprotocol/server-everything >/dev/null
 fi
 
+# --- Redis: the shared-state tests (issue 21) start their own redis-server processes -----
+# on loopback ports and stop them; only the binaries are needed. Debian's package, as
+# root; elsewhere the tests that need it say loudly that they were skipped.
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing redis-server"
+    if ! apt-get install -y -qq redis-server >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq redis-server >/dev/null
+    fi
+  else
+    log "redis-server is missing and can't be installed here: the shared-state tests will be skipped"
+  fi
+fi
+
 export TOOLGATE_TEST_PYTHON=$tools/venv/bin/python
 export TOOLGATE_TEST_EVERYTHING=$everything
 export TOOLGATE_TEST_KUBERNETES_VALIDATE=$tools/venv/bin/kubernetes-validate

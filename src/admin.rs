@@ -10,12 +10,15 @@ use std::sync::Arc;
 use crate::audit::AuditLog;
 use crate::control::Control;
 use crate::proxy::body::{full, Body};
+use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 
 pub struct Admin {
     pub control: Arc<Control>,
     pub metrics: Arc<Metrics>,
     pub audit: AuditLog,
+    /// `state.backend: redis`; `None` with `memory`.
+    pub state: Option<Arc<Shared>>,
 }
 
 impl Admin {
@@ -43,6 +46,7 @@ impl Admin {
                     "tools": snapshot.as_ref().map(|s| s.contracts.iter().map(|c| c.tool.clone()).collect::<Vec<_>>()).unwrap_or_default(),
                     "errors": self.control.errors(),
                     "audit": self.audit_status(),
+                    "state": self.state_status(),
                 });
                 let mut response = text(
                     StatusCode::OK,
@@ -60,6 +64,18 @@ impl Admin {
 }
 
 impl Admin {
+    /// The state backend and, for Redis, whether it answers. Never part of readiness: a
+    /// Redis outage must not take every backend pod out of its Service.
+    fn state_status(&self) -> serde_json::Value {
+        match &self.state {
+            None => json!({"backend": "memory"}),
+            Some(shared) => {
+                let (target, up) = shared.link().status();
+                json!({"backend": "redis", "target": target, "up": up})
+            }
+        }
+    }
+
     /// Ready when calls can be decided: a snapshot is loaded, and the audit log takes
     /// records (or refusing unrecorded calls is not the setting). Says why when not.
     fn readiness(&self) -> Response<Body> {

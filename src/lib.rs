@@ -22,6 +22,7 @@ pub mod policy;
 pub mod proxy;
 pub mod reference;
 pub mod sidecar;
+pub mod state;
 pub mod telemetry;
 pub mod tls;
 pub mod vocab;

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
 use crate::audit::AuditLog;
-use crate::config::Settings;
+use crate::config::{Settings, StateBackend};
 use crate::control::cluster::{self, Cluster};
 use crate::control::{files, Control};
 use crate::identity::jwt::AgentJwt;
@@ -25,6 +25,7 @@ use crate::proxy::server::{serve, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{pipeline, Gate};
+use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::Tracing;
 use crate::tls::TlsConfig;
@@ -111,6 +112,14 @@ impl Sidecar {
             None => None,
         };
         let upstream = Upstream::new(&settings.upstream).context("upstream")?;
+        let shared = match settings.state.backend {
+            StateBackend::Memory => None,
+            StateBackend::Redis => Some(
+                Shared::start(&settings.state.redis, metrics.clone())
+                    .map(Arc::new)
+                    .context("state.redis")?,
+            ),
+        };
         let gate = Arc::new(Gate {
             snapshots: control.reader(),
             identity,
@@ -126,6 +135,7 @@ impl Sidecar {
                 .map_err(anyhow::Error::msg)
                 .context("mcp")?,
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
+            shared,
             oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
             mcp_sessions: Default::default(),
             mcp_pending: Default::default(),
@@ -159,6 +169,7 @@ impl Sidecar {
             control: control.clone(),
             metrics,
             audit: gate.audit.clone(),
+            state: gate.shared.clone(),
         });
         let admin = tokio::spawn(serve(
             admin_listener,

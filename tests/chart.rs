@@ -37,7 +37,8 @@ fn run(command: &mut Command) -> Result<String, String> {
 }
 
 /// The values the non-default renders use: cert-manager, a policy ConfigMap, an audit key
-/// Secret, several namespaces (one with named ServiceAccounts), and every injector knob.
+/// Secret, state in Redis with a password Secret, several namespaces (one with named
+/// ServiceAccounts), and every injector knob.
 const CUSTOM: &str = r#"
 image: {repository: registry.example.com/platform/toolgate, tag: "0.1.0-rc1", pullPolicy: Always}
 imagePullSecrets: [{name: registry-creds}]
@@ -49,6 +50,7 @@ sidecar:
   resources: {requests: {cpu: 50m, memory: 64Mi}, limits: {cpu: 1, memory: 256Mi}}
   policiesConfigMap: agent-policies
   auditKeySecret: toolgate-audit-key
+  state: {backend: redis, redis: {url: "rediss://redis.platform:6380/0", passwordSecret: toolgate-redis}}
   env: {TOOLGATE_TELEMETRY_OTLP_ENDPOINT: "http://jaeger-collector.observability:4317"}
 injector:
   replicas: 3
@@ -274,6 +276,12 @@ fn default_values_render_a_valid_restricted_install() {
         settings.sidecar.audit_key_secret, None,
         "unkeyed by default"
     );
+    assert_eq!(settings.sidecar.redis_password_secret, None);
+    assert!(
+        settings.sidecar.env.is_empty(),
+        "{:?}",
+        settings.sidecar.env
+    );
 }
 
 /// The Secret's certificate chains to its CA and is valid for the Service's name, as the
@@ -353,6 +361,11 @@ fn non_default_values_render_a_valid_restricted_install() {
         Some("toolgate-audit-key")
     );
     assert_eq!(
+        settings.sidecar.redis_password_secret.as_deref(),
+        Some("toolgate-redis")
+    );
+    assert_eq!(settings.sidecar.env["TOOLGATE_STATE_BACKEND"], "redis");
+    assert_eq!(
         settings.sidecar.image,
         "registry.example.com/platform/toolgate:0.1.0-rc1"
     );
@@ -366,6 +379,121 @@ fn non_default_values_render_a_valid_restricted_install() {
         "system-cluster-critical"
     );
     check_cert_manager(&objects, "Issuer");
+}
+
+/// The injector's settings of a render with `values`.
+fn injector_settings(values: &str) -> InjectSettings {
+    let dir = tempfile::tempdir().unwrap();
+    let values = values_file(dir.path(), "values.yaml", values);
+    let objects = documents(&template(Some(&values)).unwrap());
+    let config = one(&objects, "ConfigMap")["data"]["inject.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    InjectSettings::parse("chart", &config, Vec::new()).unwrap()
+}
+
+/// `sidecar.state` reaches every sidecar as the `TOOLGATE_STATE_*` variables its own
+/// settings load (chart, then injector, then sidecar), the password as a mounted file.
+#[test]
+fn redis_state_reaches_every_sidecar() {
+    use toolgate::config::{Settings, StateBackend};
+    use toolgate::inject::sidecar::{self, PodFacts};
+
+    let settings = injector_settings(
+        r#"
+sidecar:
+  state:
+    backend: redis
+    redis: {url: "redis://redis.toolgate:6379/0", cluster: true, keyPrefix: "shop:", timeoutMs: 120, passwordSecret: toolgate-redis}
+  env: {TOOLGATE_TELEMETRY_OTLP_ENDPOINT: "http://jaeger:4317"}
+"#,
+    );
+    let state: Vec<(&str, &str)> = settings
+        .sidecar
+        .env
+        .iter()
+        .filter(|(name, _)| name.starts_with("TOOLGATE_STATE_"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        state,
+        [
+            ("TOOLGATE_STATE_BACKEND", "redis"),
+            ("TOOLGATE_STATE_REDIS_CLUSTER", "true"),
+            ("TOOLGATE_STATE_REDIS_KEY_PREFIX", "shop:"),
+            ("TOOLGATE_STATE_REDIS_TIMEOUT_MS", "120"),
+            ("TOOLGATE_STATE_REDIS_URL", "redis://redis.toolgate:6379/0"),
+        ]
+    );
+    assert_eq!(
+        settings.sidecar.env["TOOLGATE_TELEMETRY_OTLP_ENDPOINT"],
+        "http://jaeger:4317"
+    );
+    assert_eq!(
+        settings.sidecar.redis_password_secret.as_deref(),
+        Some("toolgate-redis")
+    );
+
+    let pod = PodFacts {
+        upstream_port: 8080,
+        service_name: None,
+    };
+    let vars = sidecar::container(&settings.sidecar, &pod)
+        .env
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)));
+    let sidecar_settings = Settings::parse("sidecar", "", vars).unwrap();
+    let state = &sidecar_settings.state;
+    assert_eq!(state.backend, StateBackend::Redis);
+    assert_eq!(state.redis.url, "redis://redis.toolgate:6379/0");
+    assert!(state.redis.cluster);
+    assert_eq!(state.redis.key_prefix, "shop:");
+    assert_eq!(state.redis.timeout_ms, 120);
+    assert_eq!(
+        state.redis.password_file.as_deref(),
+        Some(Path::new(sidecar::REDIS_PASSWORD_FILE))
+    );
+
+    // Only the URL is needed: the rest stays the sidecar's defaults.
+    let settings = injector_settings(
+        "sidecar: {state: {backend: redis, redis: {url: 'rediss://redis:6380'}}}",
+    );
+    let names: Vec<&String> = settings.sidecar.env.keys().collect();
+    assert_eq!(
+        names,
+        ["TOOLGATE_STATE_BACKEND", "TOOLGATE_STATE_REDIS_URL"]
+    );
+    assert_eq!(settings.sidecar.redis_password_secret, None);
+}
+
+/// With the memory backend the redis values set nothing: the injector's settings, and so
+/// the Deployment's config checksum, are the default render's, and no pod needs the
+/// password Secret.
+#[test]
+fn the_memory_backend_renders_what_the_default_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory = values_file(
+        dir.path(),
+        "memory.yaml",
+        "sidecar: {state: {backend: memory, redis: {url: 'redis://redis:6379', cluster: true, keyPrefix: 'x:', timeoutMs: 9, passwordSecret: toolgate-redis}}}",
+    );
+    let config = |values: Option<&Path>| {
+        let objects = documents(&template(values).unwrap());
+        let deployment = one(&objects, "Deployment");
+        (
+            one(&objects, "ConfigMap")["data"].clone(),
+            deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"].clone(),
+        )
+    };
+    let default = config(None);
+    assert_eq!(config(Some(&memory)), default);
+    let text = default.0["inject.yaml"].as_str().unwrap();
+    assert!(
+        !text.contains("TOOLGATE_STATE") && !text.contains("redis"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -432,6 +560,21 @@ fn check_cert_manager(objects: &[Value], issuer_kind: &str) {
     }
 }
 
+/// A sidecar told to use Redis without an address would fall back to its default, a Redis
+/// on the pod's loopback, which no chart install has: the schema asks for the URL.
+#[test]
+fn the_redis_backend_needs_a_url() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in [
+        "sidecar: {state: {backend: redis}}",
+        "sidecar: {state: {backend: redis, redis: {url: ''}}}",
+    ] {
+        let values = values_file(dir.path(), "bad.yaml", bad);
+        let error = template(Some(&values)).expect_err(bad);
+        assert!(error.contains("/sidecar/state/redis/url"), "{bad}: {error}");
+    }
+}
+
 #[test]
 fn the_values_schema_rejects_mistakes() {
     let dir = tempfile::tempdir().unwrap();
@@ -446,6 +589,20 @@ fn the_values_schema_rejects_mistakes() {
         ),
         ("sidecar: {auditKeySecret: Audit_Key}", "auditKeySecret"),
         ("sidecar: {auditKeySecret: 7}", "auditKeySecret"),
+        ("sidecar: {state: {backend: valkey}}", "backend"),
+        (
+            "sidecar: {state: {redis: {url: 'http://redis:6379'}}}",
+            "url",
+        ),
+        (
+            "sidecar: {state: {redis: {keyPrefix: '{toolgate}:'}}}",
+            "keyPrefix",
+        ),
+        ("sidecar: {state: {redis: {timeoutMs: 0}}}", "timeoutMs"),
+        (
+            "sidecar: {state: {redis: {passwordSecret: Redis_Password}}}",
+            "passwordSecret",
+        ),
         ("sidecar: {resources: {limits: {memory: 128MB}}}", "memory"),
         ("injector: {replica: 2}", "replica"),
     ] {
@@ -500,6 +657,37 @@ fn the_notes_tell_how_to_annotate_and_write_a_policy() {
     assert!(
         !notes.contains("secret"),
         "no audit key by default:\n{notes}"
+    );
+    assert!(!notes.contains("Redis"), "memory by default:\n{notes}");
+}
+
+/// With Redis, the notes say what it holds, and how to create the password Secret pods
+/// need to start.
+#[test]
+fn the_notes_tell_how_to_create_the_redis_password_secret() {
+    let redis = [
+        "--set",
+        "sidecar.state.backend=redis",
+        "--set",
+        "sidecar.state.redis.url=redis://redis.toolgate:6379/0",
+    ];
+    let notes_without = notes(&redis);
+    assert!(
+        notes_without.contains("in Redis at\n   redis://redis.toolgate:6379/0"),
+        "{notes_without}"
+    );
+    assert!(!notes_without.contains("secret"), "{notes_without}");
+    let notes = notes(
+        &[
+            &redis[..],
+            &["--set", "sidecar.state.redis.passwordSecret=toolgate-redis"],
+        ]
+        .concat(),
+    );
+    let command = r#"kubectl -n default create secret generic toolgate-redis --from-literal=password="$REDIS_PASSWORD""#;
+    assert!(
+        notes.contains(command),
+        "NOTES.txt lacks {command:?}:\n{notes}"
     );
 }
 

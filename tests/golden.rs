@@ -281,6 +281,7 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
     // sending.
     let governor = Governor {
         ledger,
+        shared: None,
         tasks: Some(tasks),
         audit_refuses: false,
     };
@@ -293,7 +294,8 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         headers: &headers,
         session: call.session.as_deref(),
     };
-    let verdict = match govern(&governor, snapshot, proposal) {
+    // With the in-memory state nothing in the core waits: run it in place.
+    let verdict = match futures_executor::block_on(govern(&governor, snapshot, proposal)) {
         Ok(verdict) => verdict,
         Err(reject) => return deny(&reject),
     };

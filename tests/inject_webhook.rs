@@ -2,8 +2,8 @@
 //! generated certificate, real `AdmissionReview` requests from a rustls client (HTTP/1.1
 //! and HTTP/2), the returned JSON patch applied to the pod, and the result validated as a
 //! Pod by `kubernetes-validate --strict` and against the restricted Pod Security profile.
-//! The patch for other settings (an audit key Secret) is checked the same way, from the
-//! review function the server runs.
+//! The patch for other settings (an audit key Secret, a Redis password Secret) is checked
+//! the same way, from the review function the server runs.
 
 mod common;
 
@@ -362,36 +362,62 @@ async fn the_binary_serves_reviews_and_rejects_bad_settings() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("auditKeySecret"), "{stderr}");
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["inject", "--config"])
+        .arg(&config)
+        .env(
+            "TOOLGATE_INJECT_SIDECAR_REDIS_PASSWORD_SECRET",
+            "Redis_Password",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("redisPasswordSecret"), "{stderr}");
 }
 
-/// With `sidecar.auditKeySecret`, the patched pod (the golden fixture's) is still a valid,
-/// restricted Pod, its Secret volume included.
+/// With `sidecar.auditKeySecret` or `sidecar.redisPasswordSecret`, the patched pod (the
+/// golden fixture's) is still a valid, restricted Pod, its Secret volume included.
 #[test]
-fn a_pod_with_the_audit_key_stays_valid_and_restricted() {
-    let settings = InjectSettings::load(
-        Some(
-            &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/inject/audit-key/settings.yaml"),
-        ),
-        Vec::new(),
-    )
-    .unwrap();
-    assert!(settings.sidecar.audit_key_secret.is_some());
-    let review = fixture("audit-key/annotated.json");
-    let answer = toolgate::inject::review::review(&review, &settings.sidecar);
-    let response = &answer.body["response"];
-    assert_eq!(response["allowed"], true, "{response}");
-    let pod = apply(&review, response);
-    let spec = &pod["spec"];
-    assert_eq!(
-        toolgate_container_violations(&spec["initContainers"][0], UID),
-        Vec::<String>::new()
-    );
-    assert_eq!(restricted_violations(spec), Vec::<String>::new());
-    kube_tools::validate(
-        &serde_yaml::to_string(&pod).unwrap(),
-        "the pod injected with an audit key",
-    );
+fn a_pod_with_a_mounted_secret_stays_valid_and_restricted() {
+    for folder in ["audit-key", "redis-state"] {
+        let settings = InjectSettings::load(
+            Some(
+                &Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/inject")
+                    .join(folder)
+                    .join("settings.yaml"),
+            ),
+            Vec::new(),
+        )
+        .unwrap();
+        assert!(
+            settings.sidecar.audit_key_secret.is_some()
+                || settings.sidecar.redis_password_secret.is_some(),
+            "{folder}"
+        );
+        let review = fixture(&format!("{folder}/annotated.json"));
+        let answer = toolgate::inject::review::review(&review, &settings.sidecar);
+        let response = &answer.body["response"];
+        assert_eq!(response["allowed"], true, "{folder}: {response}");
+        let pod = apply(&review, response);
+        let spec = &pod["spec"];
+        assert_eq!(
+            toolgate_container_violations(&spec["initContainers"][0], UID),
+            Vec::<String>::new(),
+            "{folder}"
+        );
+        assert_eq!(
+            restricted_violations(spec),
+            Vec::<String>::new(),
+            "{folder}"
+        );
+        kube_tools::validate(
+            &serde_yaml::to_string(&pod).unwrap(),
+            &format!("the pod injected with {folder}/settings.yaml"),
+        );
+    }
 }
 
 /// Ends the child process however the test ends.

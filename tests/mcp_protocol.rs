@@ -1145,3 +1145,67 @@ async fn a_live_call_that_runs_once_is_answered_at_its_timeout() {
         "each lead's record, then its timeout: {text}"
     );
 }
+
+/// With `state.backend: redis` a session issued through one replica is honoured on the
+/// others, and still refused to any other agent there; ended on one, it is gone on all.
+#[tokio::test]
+async fn sessions_hold_across_replicas_sharing_redis() {
+    if !common::redis::available() {
+        return;
+    }
+    let server = common::redis::Server::start(&[]).await;
+    let backend = McpBackend::start().await;
+    let mut pods = Vec::new();
+    for _ in 0..2 {
+        let url = server.url();
+        pods.push(
+            Harness::start(
+                backend.addr,
+                Options {
+                    policies: POLICIES.into(),
+                    tweak: Box::new(move |s| {
+                        s.state.backend = toolgate::config::StateBackend::Redis;
+                        s.state.redis.url = url;
+                        s.state.redis.timeout_ms = 500;
+                    }),
+                    ..Options::default()
+                },
+            )
+            .await,
+        );
+    }
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let ping = r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#;
+    let r = post(&pods[0], Some(OPS_TOKEN), &[], init).await;
+    let session = r.header("mcp-session-id").to_string();
+    let with = [("mcp-session-id", session.as_str())];
+    assert_eq!(
+        post(&pods[1], Some(OPS_TOKEN), &with, ping).await.status,
+        200
+    );
+    let r = post(&pods[1], Some(STRANGER_TOKEN), &with, ping).await;
+    assert_rpc_error(&r, 404, json!("p"), -32600, "MALFORMED_REQUEST");
+    assert_eq!(
+        pods[1]
+            .call("DELETE", "/mcp", Some(OPS_TOKEN), &with, "")
+            .await
+            .status,
+        200
+    );
+    // Ended through the second pod: the first, which issued it, no longer knows it
+    // only once its own copy ages out; a third pod never learns it.
+    let url = server.url();
+    let third = Harness::start(
+        backend.addr,
+        Options {
+            policies: POLICIES.into(),
+            tweak: Box::new(move |s| {
+                s.state.backend = toolgate::config::StateBackend::Redis;
+                s.state.redis.url = url;
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(post(&third, Some(OPS_TOKEN), &with, ping).await.status, 404);
+}

@@ -33,6 +33,9 @@ pub struct Entry {
     pub policy_version: Option<u64>,
     pub upstream_status: Option<u16>,
     pub latency_us: u64,
+    /// `failed_open`: the shared state couldn't be asked, so limits were not applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<&'static str>,
 }
 
 /// A record the writer chains: a decision, or one of the records that say what the
@@ -122,6 +125,8 @@ struct Call<'a> {
     policy_version: Option<u64>,
     upstream_status: Option<u16>,
     latency_us: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
 }
 
 impl<'a> Call<'a> {
@@ -139,6 +144,7 @@ impl<'a> Call<'a> {
             policy_version: entry.policy_version,
             upstream_status: entry.upstream_status,
             latency_us: entry.latency_us,
+            state: entry.state,
         }
     }
 }

@@ -24,6 +24,7 @@ fn mk_entry(n: u64) -> Entry {
         policy_version: Some(1),
         upstream_status: Some(200),
         latency_us: 42,
+        state: None,
     }
 }
 

@@ -57,6 +57,12 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.maxSessions", Kind::Num),
     ("limits.sessionIdleSeconds", Kind::Num),
     ("limits.dedupeMaxBytes", Kind::Num),
+    ("state.backend", Kind::Str),
+    ("state.redis.url", Kind::Str),
+    ("state.redis.passwordFile", Kind::Str),
+    ("state.redis.cluster", Kind::Bool),
+    ("state.redis.keyPrefix", Kind::Str),
+    ("state.redis.timeoutMs", Kind::Num),
 ];
 
 /// Variables that start with `TOOLGATE_` but are not settings keys.
@@ -238,6 +244,13 @@ mod tests {
             telemetry: super::super::Telemetry {
                 otlp_endpoint: Some("e".into()),
                 ..defaults.telemetry.clone()
+            },
+            state: super::super::State {
+                redis: super::super::Redis {
+                    password_file: Some("p".into()),
+                    ..defaults.state.redis.clone()
+                },
+                ..defaults.state.clone()
             },
             ..defaults
         };

@@ -24,6 +24,7 @@ pub struct Settings {
     pub telemetry: Telemetry,
     pub audit: Audit,
     pub limits: Limits,
+    pub state: State,
 }
 
 impl Default for Settings {
@@ -39,6 +40,51 @@ impl Default for Settings {
             telemetry: Telemetry::default(),
             audit: Audit::default(),
             limits: Limits::default(),
+            state: State::default(),
+        }
+    }
+}
+
+/// Where state that must hold across calls lives (`state`; docs/state.md).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct State {
+    pub backend: StateBackend,
+    pub redis: Redis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateBackend {
+    /// In the sidecar's own memory: every limit holds per pod.
+    #[default]
+    Memory,
+    /// In Redis (standalone, Redis Cluster or Valkey): limits hold across replicas.
+    Redis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Redis {
+    /// `redis://[user:password@]host:port/db`, or `rediss://` for TLS.
+    pub url: String,
+    /// A file holding the password (a mounted Secret); wins over one in the URL.
+    pub password_file: Option<PathBuf>,
+    /// Redis Cluster: `url` is one seed node; every call's keys share a hash tag.
+    pub cluster: bool,
+    pub key_prefix: String,
+    /// How long one round trip may take before the state counts as unavailable.
+    pub timeout_ms: u64,
+}
+
+impl Default for Redis {
+    fn default() -> Self {
+        Redis {
+            url: "redis://127.0.0.1:6379/0".into(),
+            password_file: None,
+            cluster: false,
+            key_prefix: "toolgate:".into(),
+            timeout_ms: 50,
         }
     }
 }
@@ -325,6 +371,7 @@ impl Settings {
         let settings: Settings = file::parse(origin, text, vars, env::apply)?;
         settings.limits.check(origin)?;
         settings.identity.check(origin)?;
+        settings.state.redis.check(origin)?;
         Ok(settings)
     }
 }
@@ -365,6 +412,33 @@ impl Identity {
             )),
             None => Ok(()),
         }
+    }
+}
+
+impl Redis {
+    /// What would make every call's keys land in different Redis Cluster slots, or make
+    /// every round trip time out, is refused at start rather than found under load.
+    fn check(&self, origin: &str) -> Result<(), SettingsError> {
+        let invalid = |field: &str, message: &str| {
+            Err(file::invalid(
+                origin,
+                format!("state.redis.{field}"),
+                message.into(),
+            ))
+        };
+        if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
+            return invalid("url", "must start with redis:// or rediss://");
+        }
+        if self.key_prefix.contains(['{', '}']) {
+            return invalid(
+                "keyPrefix",
+                "must not contain { or }: keys are hash-tagged after it",
+            );
+        }
+        if self.timeout_ms == 0 {
+            return invalid("timeoutMs", "must be positive");
+        }
+        Ok(())
     }
 }
 

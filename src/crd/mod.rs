@@ -69,6 +69,11 @@ pub struct ToolContractSpec {
     /// How long a non-idempotent call's result answers its duplicates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedupe_window_seconds: Option<u64>,
+    /// CEL over `args` and `agent` naming what makes two calls one action (a non-idempotent
+    /// tool's business key, e.g. `args.order_id`): within the dedupe window, the same agent
+    /// and session get the first call's result, anyone else `DUPLICATE_CALL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_key: Option<String>,
     /// The backend's time budget for one call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]

@@ -45,6 +45,11 @@ pub struct SidecarSettings {
     /// (the keyed audit chain), mounted into the sidecar alone and named by its `audit.keyFile`;
     /// unset, the chain is plain SHA-256.
     pub audit_key_secret: Option<String>,
+    /// A Secret in the pod's namespace whose item `password` is the Redis password of the
+    /// shared state (`state.redis.passwordFile`), mounted into the sidecar alone; unset,
+    /// the password, if any, is in the URL. Only worth setting with `state.backend: redis`
+    /// in `env`, which the chart does together.
+    pub redis_password_secret: Option<String>,
     /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
     /// top of what the injector sets per pod.
     pub env: BTreeMap<String, String>,
@@ -95,6 +100,7 @@ impl Default for SidecarSettings {
             },
             policies_config_map: None,
             audit_key_secret: None,
+            redis_password_secret: None,
             env: BTreeMap::new(),
         }
     }
@@ -132,6 +138,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.resources", Kind::Yaml),
     ("sidecar.policiesConfigMap", Kind::Str),
     ("sidecar.auditKeySecret", Kind::Str),
+    ("sidecar.redisPasswordSecret", Kind::Str),
     ("sidecar.env", Kind::Yaml),
 ];
 
@@ -190,6 +197,11 @@ impl SidecarSettings {
                 &self.policies_config_map,
             ),
             ("sidecar.auditKeySecret", "Secret", &self.audit_key_secret),
+            (
+                "sidecar.redisPasswordSecret",
+                "Secret",
+                &self.redis_password_secret,
+            ),
         ] {
             if let Some(name) = name.as_deref().filter(|n| !is_dns_subdomain(n)) {
                 return Err((
@@ -256,6 +268,8 @@ pub fn is_dns_subdomain(name: &str) -> bool {
 
 /// The variable that sets the sidecar's `audit.keyFile`.
 pub const AUDIT_KEY_ENV: &str = "TOOLGATE_AUDIT_KEY_FILE";
+/// The variable that sets the sidecar's `state.redis.passwordFile`.
+pub const REDIS_PASSWORD_ENV: &str = "TOOLGATE_STATE_REDIS_PASSWORD_FILE";
 
 /// Variables the injector always sets itself; `sidecar.env` may not set them (see
 /// [`SidecarSettings::reserves`] for those it sets only with some settings).
@@ -272,9 +286,12 @@ pub const RESERVED_ENV: &[&str] = &[
 impl SidecarSettings {
     /// Whether the injector sets `name` itself with these settings, so `sidecar.env` may
     /// not: its value, listed after the injector's, would silently win. The audit key's
-    /// variable is free when no Secret is named, so a key can still come from elsewhere.
+    /// and the Redis password's variables are free when no Secret is named, so the file
+    /// can still come from elsewhere.
     pub fn reserves(&self, name: &str) -> bool {
-        RESERVED_ENV.contains(&name) || (name == AUDIT_KEY_ENV && self.audit_key_secret.is_some())
+        RESERVED_ENV.contains(&name)
+            || (name == AUDIT_KEY_ENV && self.audit_key_secret.is_some())
+            || (name == REDIS_PASSWORD_ENV && self.redis_password_secret.is_some())
     }
 }
 

@@ -6,8 +6,9 @@
 //! (every field set at container level, whatever the pod says); its probes and ports
 //! are the sidecar's admin and agent ports; the cluster source gets the pod's namespace
 //! from the downward API, never from the review, so the spec stays correct if the pod
-//! template is reused elsewhere; the audit key (`sidecar.auditKeySecret`) is mounted into
-//! the sidecar alone, never into the app's containers.
+//! template is reused elsewhere; the audit key (`sidecar.auditKeySecret`) and the Redis
+//! password (`sidecar.redisPasswordSecret`) are mounted into the sidecar alone, never into
+//! the app's containers.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort,
@@ -20,13 +21,14 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
-use super::settings::{SidecarSettings, AUDIT_KEY_ENV};
+use super::settings::{SidecarSettings, AUDIT_KEY_ENV, REDIS_PASSWORD_ENV};
 use super::{ADMIN_PORT, AGENT_PORT, CONTAINER_NAME, UID};
 
 pub const PODINFO_VOLUME: &str = "toolgate-podinfo";
 pub const TOKEN_VOLUME: &str = "toolgate-token";
 pub const POLICIES_VOLUME: &str = "toolgate-policies";
 pub const AUDIT_KEY_VOLUME: &str = "toolgate-audit-key";
+pub const REDIS_PASSWORD_VOLUME: &str = "toolgate-redis-password";
 pub const AGENT_PORT_NAME: &str = "toolgate";
 pub const ADMIN_PORT_NAME: &str = "toolgate-admin";
 
@@ -42,6 +44,12 @@ const AUDIT_KEY_DIR: &str = "/etc/toolgate/audit-key";
 pub const AUDIT_KEY_ITEM: &str = "key";
 /// Where the sidecar's `audit.keyFile` points: the Secret's item, as a file.
 pub const AUDIT_KEY_FILE: &str = "/etc/toolgate/audit-key/key";
+const REDIS_PASSWORD_DIR: &str = "/etc/toolgate/redis-password";
+/// The item of `sidecar.redisPasswordSecret` that holds the password, fixed for the same
+/// reason as [`AUDIT_KEY_ITEM`].
+pub const REDIS_PASSWORD_ITEM: &str = "password";
+/// Where the sidecar's `state.redis.passwordFile` points.
+pub const REDIS_PASSWORD_FILE: &str = "/etc/toolgate/redis-password/password";
 /// Short-lived token; the kubelet refreshes the file and kube-rs re-reads it. 3607 s is
 /// the kubelet's own default for `kube-api-access-*` volumes.
 const TOKEN_SECONDS: i64 = 3607;
@@ -66,6 +74,9 @@ pub fn container(settings: &SidecarSettings, pod: &PodFacts) -> Container {
     }
     if settings.audit_key_secret.is_some() {
         mounts.push(mount(AUDIT_KEY_VOLUME, AUDIT_KEY_DIR));
+    }
+    if settings.redis_password_secret.is_some() {
+        mounts.push(mount(REDIS_PASSWORD_VOLUME, REDIS_PASSWORD_DIR));
     }
     let quantities = |map: &BTreeMap<String, String>| {
         (!map.is_empty()).then(|| {
@@ -115,7 +126,14 @@ pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
         }],
     };
     if let Some(secret) = &settings.audit_key_secret {
-        volumes.push(audit_key_volume(secret));
+        volumes.push(secret_volume(AUDIT_KEY_VOLUME, secret, AUDIT_KEY_ITEM));
+    }
+    if let Some(secret) = &settings.redis_password_secret {
+        volumes.push(secret_volume(
+            REDIS_PASSWORD_VOLUME,
+            secret,
+            REDIS_PASSWORD_ITEM,
+        ));
     }
     volumes
 }
@@ -166,6 +184,9 @@ fn env(settings: &SidecarSettings, pod: &PodFacts) -> Vec<EnvVar> {
     }
     if settings.audit_key_secret.is_some() {
         env.push(value(AUDIT_KEY_ENV, AUDIT_KEY_FILE.into()));
+    }
+    if settings.redis_password_secret.is_some() {
+        env.push(value(REDIS_PASSWORD_ENV, REDIS_PASSWORD_FILE.into()));
     }
     let service_name = "TOOLGATE_TELEMETRY_SERVICE_NAME";
     if let (Some(name), false) = (&pod.service_name, settings.env.contains_key(service_name)) {
@@ -251,18 +272,19 @@ fn podinfo_volume() -> Volume {
     }
 }
 
-/// Only the key item, and not optional: a missing Secret or item keeps the pod from
-/// starting, with the reason in its events, rather than starting a sidecar that can only
-/// fail to read its key. The default file mode (0644, root-owned) stays because the
-/// sidecar runs as a non-root UID and must read the file; no other container mounts it.
-fn audit_key_volume(secret: &str) -> Volume {
+/// Only the one item (the audit key, the Redis password), and not optional: a missing
+/// Secret or item keeps the pod from starting, with the reason in its events, rather than
+/// starting a sidecar that can only fail to read its file. The default file mode (0644,
+/// root-owned) stays because the sidecar runs as a non-root UID and must read the file;
+/// no other container mounts it.
+fn secret_volume(volume: &str, secret: &str, item: &str) -> Volume {
     Volume {
-        name: AUDIT_KEY_VOLUME.into(),
+        name: volume.into(),
         secret: Some(SecretVolumeSource {
             secret_name: Some(secret.into()),
             items: Some(vec![KeyToPath {
-                key: AUDIT_KEY_ITEM.into(),
-                path: AUDIT_KEY_ITEM.into(),
+                key: item.into(),
+                path: item.into(),
                 ..Default::default()
             }]),
             ..Default::default()

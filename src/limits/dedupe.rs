@@ -173,7 +173,7 @@ impl Dedupe {
     /// Leads a new call, or joins the identical one of the last `window`.
     pub fn claim(&self, call: &Call<'_>, window: Duration) -> Result<Turn, Reject> {
         let key = key(call);
-        let fingerprint = call.fingerprint();
+        let fingerprint = call.identity();
         let now = self.clock.now();
         let expires_at = now.saturating_add(window);
         let claimed = self.flights.compute(key, now, |current| {
@@ -278,12 +278,15 @@ impl Drop for Lead {
     }
 }
 
-fn key(call: &Call<'_>) -> Key {
+/// What makes two calls one for duplicate suppression (see the module docs).
+pub fn key(call: &Call<'_>) -> Key {
     let mut key = KeyBuilder::new("dedupe");
     key.text(call.agent).text(call.tool);
-    match call.idempotency_key {
-        Some(id) => key.text("idempotency-key").text(id),
-        None => key
+    match (call.action, call.idempotency_key) {
+        // One action per agent and session: others are refused by its owner (`actions`).
+        (Some(action), _) => key.text("action").optional(call.session).text(action),
+        (None, Some(id)) => key.text("idempotency-key").text(id),
+        (None, None) => key
             .text("arguments")
             .optional(call.session)
             .bytes(&call.fingerprint()),
@@ -291,7 +294,8 @@ fn key(call: &Call<'_>) -> Key {
     key.finish()
 }
 
-fn reused_key(call: &Call<'_>, window: Duration) -> Reject {
+/// The refusal of an `Idempotency-Key` reused for a different call.
+pub fn reused_key(call: &Call<'_>, window: Duration) -> Reject {
     Reject::new(
         Code::MalformedRequest,
         format!(

@@ -21,6 +21,7 @@
 //! anyway by naming a fresh session. Rate limits and duplicate suppression still apply.
 //! To require a session, add a rule: `expr: "session.id != null"`.
 
+pub mod actions;
 pub mod backoff;
 pub mod canonical;
 pub mod clock;
@@ -39,6 +40,7 @@ use crate::crd::SessionLimits;
 use crate::policy::quota::Quota;
 use crate::vocab::args::Args;
 use crate::vocab::Reject;
+use actions::Actions;
 use canonical::{Key, KeyBuilder};
 use dedupe::Dedupe;
 use rate::RateLimits;
@@ -56,6 +58,9 @@ pub struct Call<'a> {
     /// What makes this call a later round of a multi-round call (MCP's `inputResponses`
     /// and `requestState`): part of what "the same call" means.
     round: Option<&'a serde_json::Value>,
+    /// The action the contract's `dedupeKey` names, as a key: with one, "the same call"
+    /// for duplicate suppression is the same action, whatever the other arguments.
+    pub action: Option<&'a str>,
     /// Computed on first use: an idempotent call without a session never needs it, and
     /// digesting the canonical arguments is a good part of a small call's cost.
     fingerprint: OnceLock<Key>,
@@ -76,8 +81,15 @@ impl<'a> Call<'a> {
             idempotency_key,
             args,
             round: None,
+            action: None,
             fingerprint: OnceLock::new(),
         }
+    }
+
+    /// The call as one action of its tool's `dedupeKey`.
+    pub fn as_action(mut self, action: Option<&'a str>) -> Call<'a> {
+        self.action = action;
+        self
     }
 
     /// The call as a later round of a multi-round call: a retry that carries the input
@@ -85,6 +97,17 @@ impl<'a> Call<'a> {
     pub fn in_round(mut self, round: Option<&'a serde_json::Value>) -> Call<'a> {
         self.round = round;
         self
+    }
+
+    /// What duplicates must share to be one call: the action, or else the fingerprint.
+    pub fn identity(&self) -> Key {
+        match self.action {
+            Some(action) => KeyBuilder::new("action")
+                .text(self.tool)
+                .text(action)
+                .finish(),
+            None => self.fingerprint(),
+        }
     }
 
     pub fn fingerprint(&self) -> Key {
@@ -137,6 +160,7 @@ pub struct Ledger {
     rates: RateLimits,
     sessions: Sessions,
     dedupe: Dedupe,
+    actions: Actions,
 }
 
 impl Ledger {
@@ -149,6 +173,7 @@ impl Ledger {
                 capacity.largest_result,
                 clock.clone(),
             ),
+            actions: Actions::new(clock.clone()),
             clock,
         }
     }
@@ -177,6 +202,11 @@ impl Ledger {
     /// Counts a call about to run (`BUDGET_EXHAUSTED`, `LOOP_DETECTED` if it may not).
     pub fn admit(&self, call: &Call<'_>, limits: Option<&SessionLimits>) -> Result<(), Reject> {
         self.sessions.admit(call, limits)
+    }
+
+    /// Who owns each `dedupeKey` action.
+    pub fn actions(&self) -> &Actions {
+        &self.actions
     }
 
     /// The duplicate table, for [`once::run`].

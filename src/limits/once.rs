@@ -20,10 +20,11 @@
 //! forwards a JSON-RPC `tools/call`. The caller turns the [`Settled`] into its response.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dedupe::{Dedupe, Flight, Ran, Settled, Turn};
+use super::dedupe::{Dedupe, Flight, Lead, Ran, Settled, Turn};
 use super::Call;
 use crate::vocab::{Code, Recovery, Reject};
 
@@ -47,7 +48,9 @@ pub async fn run<S>(
 where
     S: Future<Output = Settled> + Send + 'static,
 {
-    start(dedupe, call, window, admit, move || send)?
+    let admit = || std::future::ready(admit().map(|()| Clearance::Send));
+    start(dedupe, call, window, admit, move || send)
+        .await?
         .wait(wait)
         .await
 }
@@ -60,38 +63,82 @@ pub enum Started {
     Joined(Arc<Flight>),
 }
 
+/// What a lead's admission decided.
+pub enum Clearance {
+    /// Send it: this is the one run.
+    Send,
+    /// An identical call holds the shared claim (it runs on another replica): this
+    /// future follows it to its outcome, which this pod's duplicates then share.
+    Follow(Pin<Box<dyn Future<Output = Settled> + Send>>),
+}
+
 /// The first half of [`run`]: claims the call and, when it leads, admits it and spawns
 /// the send `send` makes, without waiting. `send` is called only for a lead that was
 /// admitted, so nothing about sending (a client span, the request) exists for a
 /// duplicate or a refusal. A lead that streams its progress live (MCP) delivers while
 /// the send runs, then waits for the outcome itself.
-pub fn start<S>(
+pub async fn start<A, S>(
     dedupe: &Dedupe,
     call: &Call<'_>,
     window: Duration,
-    admit: impl FnOnce() -> Result<(), Reject>,
+    admit: impl FnOnce() -> A,
     send: impl FnOnce() -> S,
 ) -> Result<Started, Reject>
 where
+    A: Future<Output = Result<Clearance, Reject>>,
     S: Future<Output = Settled> + Send + 'static,
 {
-    match dedupe.claim(call, window)? {
-        Turn::Join(flight) => Ok(Started::Joined(flight)),
-        Turn::Lead(lead) => {
-            if let Err(reject) = admit() {
-                lead.settle(Settled::Failed {
-                    reject: reject.clone(),
-                    ran: Ran::No,
-                });
-                return Err(reject);
-            }
-            let flight = lead.flight();
+    let lead = match dedupe.claim(call, window)? {
+        Turn::Join(flight) => return Ok(Started::Joined(flight)),
+        Turn::Lead(lead) => lead,
+    };
+    // Admission may wait (on the shared state); a request dropped meanwhile never sent.
+    let mut unsent = Unsent(Some(lead));
+    let clearance = admit().await;
+    let Some(lead) = unsent.0.take() else {
+        return Err(Reject::new(Code::NotReady, "the call's claim was lost"));
+    };
+    let flight = lead.flight();
+    match clearance {
+        Err(reject) => {
+            lead.settle(Settled::Failed {
+                reject: reject.clone(),
+                ran: Ran::No,
+            });
+            Err(reject)
+        }
+        Ok(Clearance::Send) => {
             let send = send();
             tokio::spawn(async move {
                 let settled = send.await;
                 lead.settle(settled);
             });
             Ok(Started::Led(flight))
+        }
+        Ok(Clearance::Follow(follow)) => {
+            tokio::spawn(async move {
+                let settled = follow.await;
+                lead.settle(settled);
+            });
+            Ok(Started::Joined(flight))
+        }
+    }
+}
+
+/// A lead not yet sent: dropped (its request gone mid-admission), it certainly never
+/// ran, so it is forgotten rather than kept as "outcome unknown".
+struct Unsent(Option<Lead>);
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(lead) = self.0.take() {
+            lead.settle(Settled::Failed {
+                reject: Reject::new(
+                    Code::BackendUnavailable,
+                    "the request ended before the call was sent",
+                ),
+                ran: Ran::No,
+            });
         }
     }
 }

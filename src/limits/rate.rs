@@ -58,20 +58,12 @@ impl RateLimits {
         tool_quota: Option<&Quota>,
     ) -> Result<(), Reject> {
         if let Some(quota) = tool_quota {
-            self.spend(agent, Some(tool), quota).map_err(|wait| {
-                refusal(
-                    format!("agent {agent} is over its rate limit for {tool} ({quota})"),
-                    wait,
-                )
-            })?;
+            self.spend(agent, Some(tool), quota)
+                .map_err(|wait| over_limit(agent, Some(tool), quota, wait))?;
         }
         if let Some(quota) = agent_quota {
-            self.spend(agent, None, quota).map_err(|wait| {
-                refusal(
-                    format!("agent {agent} is over its rate limit ({quota})"),
-                    wait,
-                )
-            })?;
+            self.spend(agent, None, quota)
+                .map_err(|wait| over_limit(agent, None, quota, wait))?;
         }
         Ok(())
     }
@@ -125,6 +117,16 @@ impl RateLimits {
             .check()
             .map_err(|not_until| not_until.wait_time_from(governor::clock::Clock::now(&self.clock)))
     }
+}
+
+/// `RATE_LIMITED` for the agent's limit (`tool: None`) or its limit for one tool, with
+/// the wait until the next cell.
+pub fn over_limit(agent: &str, tool: Option<&str>, quota: &Quota, wait: Duration) -> Reject {
+    let message = match tool {
+        Some(tool) => format!("agent {agent} is over its rate limit for {tool} ({quota})"),
+        None => format!("agent {agent} is over its rate limit ({quota})"),
+    };
+    refusal(message, wait)
 }
 
 fn refusal(message: String, wait: Duration) -> Reject {

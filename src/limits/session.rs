@@ -82,28 +82,24 @@ impl Sessions {
                     1
                 };
                 if let Some(max) = max_calls.filter(|max| tally.calls >= *max) {
-                    let refusal = Reject::new(
-                        Code::BudgetExhausted,
-                        format!("session {session} has used all {max} calls its policy allows; start a new task"),
-                    );
-                    return (Op::Touch(expires_at), Err(refusal));
+                    return (Op::Touch(expires_at), Err(budget_spent(session, max)));
                 }
                 if let Some(max) = max_repeats.filter(|max| streak > *max) {
-                    let refusal = Reject::new(
-                        Code::LoopDetected,
-                        format!(
-                            "{} was called with the same arguments {max} times in a row in session {session}; calling it again will not change the result",
-                            call.tool
-                        ),
-                    );
-                    return (Op::Touch(expires_at), Err(refusal));
+                    return (Op::Touch(expires_at), Err(looping(call.tool, session, max)));
                 }
                 let tally = Tally {
                     calls: tally.calls + 1,
                     last: fingerprint,
                     streak,
                 };
-                (Op::Put { value: tally, weight: 1, expires_at }, Ok(()))
+                (
+                    Op::Put {
+                        value: tally,
+                        weight: 1,
+                        expires_at,
+                    },
+                    Ok(()),
+                )
             })
     }
 
@@ -114,6 +110,24 @@ impl Sessions {
     pub fn is_empty(&self) -> bool {
         self.tallies.is_empty()
     }
+}
+
+/// `BUDGET_EXHAUSTED`: the session ran the `maxCalls` it may.
+pub fn budget_spent(session: &str, max: u64) -> Reject {
+    Reject::new(
+        Code::BudgetExhausted,
+        format!("session {session} has used all {max} calls its policy allows; start a new task"),
+    )
+}
+
+/// `LOOP_DETECTED`: the session ran this identical call `maxRepeats` times in a row.
+pub fn looping(tool: &str, session: &str, max: u32) -> Reject {
+    Reject::new(
+        Code::LoopDetected,
+        format!(
+            "{tool} was called with the same arguments {max} times in a row in session {session}; calling it again will not change the result"
+        ),
+    )
 }
 
 fn key(agent: &str, session: &str) -> Key {

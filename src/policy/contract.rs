@@ -4,6 +4,7 @@
 use http::Method;
 use std::time::Duration;
 
+use super::action::ActionKey;
 use super::redact::Redaction;
 use super::schema::Schema;
 use crate::crd::ToolContractSpec;
@@ -25,6 +26,8 @@ pub struct Contract {
     pub dedupe_window: Duration,
     pub timeout: Duration,
     pub capture_arguments: bool,
+    /// `dedupeKey`: what makes two calls one action, whoever sends them.
+    pub dedupe_key: Option<ActionKey>,
 }
 
 /// A field of the spec that can't be compiled: `(field path, message)`.
@@ -71,6 +74,18 @@ impl Contract {
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_TIMEOUT,
         };
+        let dedupe_key = match &spec.dedupe_key {
+            Some(_) if idempotent => {
+                return Err((
+                    "spec.dedupeKey".into(),
+                    "applies to non-idempotent tools only: set idempotent: false".into(),
+                ))
+            }
+            Some(source) => {
+                Some(ActionKey::compile(source).map_err(|e| ("spec.dedupeKey".to_string(), e))?)
+            }
+            None => None,
+        };
         Ok(Contract {
             object,
             tool: spec.tool.clone(),
@@ -86,6 +101,7 @@ impl Contract {
                 .unwrap_or(DEFAULT_DEDUPE_WINDOW),
             timeout,
             capture_arguments: spec.capture_arguments,
+            dedupe_key,
         })
     }
 }

@@ -3,6 +3,7 @@
 //! and immutable after. It knows nothing of where policies come from (`control`) or of
 //! how calls arrive (`proxy`): `proxy → policy ← control`.
 
+pub mod action;
 pub mod agent_policy;
 pub mod bindings;
 pub mod contract;

@@ -142,6 +142,13 @@ impl CompiledRule {
     }
 }
 
+impl CompiledRule {
+    /// Runs the expression for its value rather than a verdict (a contract's `dedupeKey`).
+    pub fn value_in(&self, scope: &Scope<'_, '_>) -> Result<Value, String> {
+        Value::resolve(&self.expression, &scope.context).map_err(|e| e.to_string())
+    }
+}
+
 fn is_operator(name: &str) -> bool {
     name.starts_with('_') || name.starts_with('@') || name.starts_with('!') || name.starts_with('-')
 }

@@ -78,7 +78,11 @@ impl Schema {
                     format!("{at}: {error}")
                 };
                 Violation {
-                    detail: Detail { pointer, keyword },
+                    detail: Detail {
+                        pointer,
+                        keyword,
+                        trace_id: None,
+                    },
                     message,
                 }
             })

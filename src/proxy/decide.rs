@@ -2,6 +2,8 @@
 //! known: authorize → rate limit → validate → rules. Order matters: rules read the
 //! validated arguments with defaults filled, so they never see input the schema would
 //! refuse; the rate limit comes before validation so malformed floods are limited too.
+//! With `state.backend: redis` the rate limit is spent at admission instead, in the same
+//! round trip as the session's limits (`state::admit`).
 
 use http::HeaderMap;
 use serde_json::{json, Map, Value};
@@ -27,8 +29,18 @@ pub struct RequestView<'a> {
     pub session: Option<&'a str>,
 }
 
+/// Where the limits decide reads live.
+#[derive(Clone, Copy)]
+pub enum Tallies<'a> {
+    /// In this sidecar: rate limits are spent here, `session.calls` read here.
+    Local(&'a Ledger),
+    /// In the shared state: rate limits are spent at admission (`state::admit`), with the
+    /// session's; `session.calls` was read for the rules beforehand.
+    Shared { session_calls: u64 },
+}
+
 pub fn decide(
-    ledger: &Ledger,
+    tallies: Tallies<'_>,
     policy: &Policy,
     agent: &Agent,
     contract: &Contract,
@@ -38,12 +50,14 @@ pub fn decide(
 ) -> Result<Arguments, Reject> {
     let permit = authorize(policy, &agent.id, &contract.tool)?;
     // Every request spends a cell, a duplicate's too (limits::rate).
-    ledger.check_rate(
-        &agent.id,
-        &contract.tool,
-        policy.rate_limit.as_ref(),
-        permit.grant.rate_limit.as_ref(),
-    )?;
+    if let Tallies::Local(ledger) = tallies {
+        ledger.check_rate(
+            &agent.id,
+            &contract.tool,
+            policy.rate_limit.as_ref(),
+            permit.grant.rate_limit.as_ref(),
+        )?;
+    }
     let args = validate(contract, args)?;
     if !permit.grant.rules.is_empty() {
         // Only what the rules read is converted; the task token is verified only then.
@@ -57,7 +71,10 @@ pub fn decide(
                 .flatten()
                 .map(Cow::Owned),
             session: reads.session.then(|| {
-                let calls = ledger.session_calls(&agent.id, request.session);
+                let calls = match tallies {
+                    Tallies::Local(ledger) => ledger.session_calls(&agent.id, request.session),
+                    Tallies::Shared { session_calls } => session_calls,
+                };
                 Cow::Owned(json!({"id": request.session, "calls": calls}))
             }),
             request: reads.request.then(|| {
@@ -137,7 +154,15 @@ spec:
         };
         let policy = snapshot.policy_for("ops-bot").unwrap();
         let contract = snapshot.contract(snapshot.tool("t").unwrap());
-        decide(&ledger, policy, &agent, contract, args.into(), &view, None)
+        decide(
+            Tallies::Local(&ledger),
+            policy,
+            &agent,
+            contract,
+            args.into(),
+            &view,
+            None,
+        )
     }
 
     #[test]

@@ -14,20 +14,23 @@
 use http::Response;
 use hyper::body::Incoming;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::limits::dedupe::{Flight, Settled};
-use crate::limits::once::{self, Started};
+use crate::limits::dedupe::{Flight, Ran, Settled};
+use crate::limits::once::{self, Clearance, Started};
 use crate::limits::Call;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
+use crate::proxy::action;
 use crate::proxy::exchange::{send_retrying, Exchange};
 use crate::proxy::gate::Gate;
+use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::session;
 use crate::proxy::upstream::{failure_reject, Upstream};
+use crate::state::{self, admit::Admission, admit::Limits};
 use crate::telemetry::spans::CallSpan;
-use crate::vocab::Reject;
+use crate::vocab::{Code, Reject};
 
 /// A permitted call, ready to send.
 pub struct Plan<'a> {
@@ -72,11 +75,26 @@ pub struct Forwarded {
     pub sent: Sent,
     /// The session limit a shadow policy overrode, if one would have refused the call.
     pub shadowed: Option<Reject>,
+    /// The shared state couldn't be asked: the call's limits were not applied.
+    pub state_failed_open: bool,
+}
+
+impl Forwarded {
+    /// Notes in the call's outcome what the forward path found besides the answer.
+    pub fn note(&self, outcome: &mut Outcome) {
+        if let Some(reject) = &self.shadowed {
+            outcome.shadowed(reject);
+        }
+        if self.state_failed_open {
+            outcome.state_failed_open();
+        }
+    }
 }
 
 /// Why a call that the gate let through got no answer.
 pub enum Stopped {
-    /// A session limit refused it: it never ran, and the decision is `deny`.
+    /// A session limit refused it (or the shared state couldn't take its claim): it never
+    /// ran, and the decision is `deny`.
     Denied(Reject),
     /// It was sent, or joined one that was, and failed (or its outcome is unknown).
     Failed(Reject),
@@ -100,8 +118,28 @@ where
         retry,
         live,
     } = plan;
+    let mut state_failed_open = false;
     if contract.idempotent {
-        let shadowed = session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?;
+        let shadowed = match &gate.shared {
+            None => session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?,
+            // Nothing to count: no round trip.
+            Some(_) if call.session.is_none() && !shared_limits(gate, contract, policy).rated() => {
+                None
+            }
+            Some(shared) => {
+                let limits = shared_limits(gate, contract, policy);
+                match shared.admit(call, &limits, None).await {
+                    Ok(Admission::Admitted { overridden }) => overridden,
+                    Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
+                    // Nothing is claimed for an idempotent call.
+                    Ok(Admission::Joined { .. }) => None,
+                    Err(_) => {
+                        state_failed_open = true;
+                        None
+                    }
+                }
+            }
+        };
         let span = gate
             .tracing
             .start_client(parent, span_name, &mut exchange.headers);
@@ -118,11 +156,21 @@ where
         return Ok(Forwarded {
             sent: Sent::Live { response, sent },
             shadowed,
+            state_failed_open,
         });
     }
     // At most once. The send runs detached, bounded by the dedupe window, so a duplicate
     // can still get its answer after this request stops waiting.
     let window = contract.dedupe_window.max(contract.timeout);
+    // One action (`dedupeKey`), one caller: checked before anything is claimed or counted.
+    let ownership = action::claim(gate, call, parent.trace_id(), contract.dedupe_window)
+        .await
+        .map_err(Stopped::Denied)?;
+    // Taken by the send; left here if the call never gets that far.
+    let ownership = Mutex::new(ownership);
+    // With shared state, the claim every replica sees; the local table still goes first,
+    // so this pod's duplicates join here and only a local lead asks Redis.
+    let claim = gate.shared.as_ref().map(|shared| shared.claim_for(call));
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
         let span = gate
@@ -136,6 +184,8 @@ where
         );
         let metrics = gate.metrics.clone();
         let tool = contract.tool.clone();
+        let shared = gate.shared.clone().zip(claim.clone());
+        let ownership = ownership.lock().ok().and_then(|mut o| o.take());
         async move {
             let sent = Instant::now();
             let settled = buffered.await;
@@ -144,19 +194,59 @@ where
                 Settled::Answered(answer) => Some(answer.status.as_u16()),
                 Settled::Failed { .. } => None,
             });
+            // The one round trip after the call: its outcome, for other replicas'
+            // duplicates. Not awaited here: this pod's own wait on it for nothing.
+            if let Some((shared, claim)) = shared {
+                let kept = settled.clone();
+                tokio::spawn(async move { shared.settle(&claim, &kept).await });
+            }
+            if let (Some(ownership), Settled::Failed { ran: Ran::No, .. }) = (ownership, &settled) {
+                ownership.release();
+            }
             settled
         }
     };
     let mut shadowed = None;
     let mut denied = false;
-    let admit = || match session::admit(&gate.ledger, call, policy) {
-        Ok(overridden) => {
-            shadowed = overridden;
-            Ok(())
-        }
-        Err(reject) => {
-            denied = true;
-            Err(reject)
+    let (shadowed_at, denied_at, claim_at) = (&mut shadowed, &mut denied, &claim);
+    let admit = move || {
+        let (shadowed, denied, claim) = (shadowed_at, denied_at, claim_at);
+        async move {
+            let (Some(shared), Some(claim)) = (&gate.shared, claim) else {
+                return match session::admit(&gate.ledger, call, policy) {
+                    Ok(overridden) => {
+                        *shadowed = overridden;
+                        Ok(Clearance::Send)
+                    }
+                    Err(reject) => {
+                        *denied = true;
+                        Err(reject)
+                    }
+                };
+            };
+            let limits = shared_limits(gate, contract, policy);
+            match shared.admit(call, &limits, Some((claim, window))).await {
+                Ok(Admission::Admitted { overridden }) => {
+                    *shadowed = overridden;
+                    Ok(Clearance::Send)
+                }
+                Ok(Admission::Refused(reject)) => {
+                    *denied = reject.code != Code::MalformedRequest;
+                    Err(reject)
+                }
+                Ok(Admission::Joined { held }) => {
+                    let (shared, claim) = (shared.clone(), claim.clone());
+                    let wait = contract.timeout;
+                    Ok(Clearance::Follow(Box::pin(async move {
+                        shared.follow(&claim, held, wait).await
+                    })))
+                }
+                // A claim fails closed: without it the call might run twice.
+                Err(unavailable) => {
+                    *denied = true;
+                    Err(state::unavailable(&unavailable))
+                }
+            }
         }
     };
     let started = once::start(
@@ -165,12 +255,19 @@ where
         contract.dedupe_window,
         admit,
         send,
-    );
+    )
+    .await;
+    if started.is_err() {
+        if let Some(ownership) = ownership.lock().ok().and_then(|mut o| o.take()) {
+            ownership.release();
+        }
+    }
     let delivered = match started {
         Ok(Started::Led(flight)) if live => {
             return Ok(Forwarded {
                 sent: Sent::Leading { flight },
                 shadowed,
+                state_failed_open,
             })
         }
         Ok(started) => started.wait(contract.timeout).await,
@@ -183,8 +280,24 @@ where
                 replayed: delivered.replayed,
             },
             shadowed,
+            state_failed_open,
         }),
         Err(reject) if denied => Err(Stopped::Denied(reject)),
         Err(reject) => Err(Stopped::Failed(reject)),
+    }
+}
+
+/// What the shared state checks for a call under `policy`: the same quotas and session
+/// limits the in-memory ledger would.
+fn shared_limits<'a>(gate: &'a Gate, contract: &Contract, policy: &'a Policy) -> Limits<'a> {
+    Limits {
+        agent_quota: policy.rate_limit.as_ref(),
+        tool_quota: policy
+            .grants
+            .get(contract.tool.as_str())
+            .and_then(|grant| grant.rate_limit.as_ref()),
+        session: policy.session.as_ref(),
+        shadow: policy.shadow,
+        session_idle: Duration::from_secs(gate.limits.session_idle_seconds.max(1)),
     }
 }

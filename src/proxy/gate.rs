@@ -27,6 +27,9 @@ pub struct Gate {
     pub oauth: Option<crate::proxy::mcp::oauth::ResourceServer>,
     /// Rate-limit, session and dedupe state: outlives snapshots, bounded (`limits`).
     pub ledger: Ledger,
+    /// `state.backend: redis`: limits, claims and MCP session owners shared by every
+    /// replica. `None` keeps all of it in `ledger` and `mcp_sessions` (per pod).
+    pub shared: Option<Arc<crate::state::Shared>>,
     /// Which agent each MCP session was issued to.
     pub mcp_sessions: crate::proxy::mcp::session::Sessions,
     /// Which tool each call of a session called, for answers replayed on resumption.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! proposal (tool, arguments, agent, request) → policy lookup → authorize → rate limit
-//!   → validate → rules → shadow → capture → audit gate → verdict
+//!   → validate → rules → shadow → action key → capture → audit gate → verdict
 //! ```
 //!
 //! It returns values and writes nothing: the caller records the [`Verdict`] (or the
@@ -18,10 +18,11 @@ use crate::limits::Ledger;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
-use crate::proxy::decide::{decide, RequestView};
+use crate::proxy::decide::{decide, RequestView, Tallies};
 use crate::proxy::gate::Gate;
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::Arguments;
+use crate::state::Shared;
 use crate::vocab::{Agent, Args, Code, Decision, Reject};
 
 /// What the core reads besides the snapshot and the call: the state that outlives
@@ -30,6 +31,8 @@ use crate::vocab::{Agent, Args, Code, Decision, Reject};
 /// their own, so they decide with this same code.
 pub struct Governor<'a> {
     pub ledger: &'a Ledger,
+    /// `state.backend: redis`: limits live there instead of in `ledger`.
+    pub shared: Option<&'a Shared>,
     pub tasks: Option<&'a TaskTokens>,
     /// With `audit.onFailure: fail_closed`, whether the log currently refuses calls.
     pub audit_refuses: bool,
@@ -40,6 +43,7 @@ impl Gate {
     pub fn governor(&self) -> Governor<'_> {
         Governor {
             ledger: &self.ledger,
+            shared: self.shared.as_deref(),
             tasks: self.identity.tasks.as_ref(),
             audit_refuses: self.audit.refuses_calls(),
         }
@@ -69,10 +73,15 @@ pub struct Verdict<'s> {
     pub shadowed: Option<Reject>,
     /// The arguments as the audit record keeps them (`captureArguments`), redacted.
     pub captured: Option<Value>,
+    /// The shared state couldn't be read for `session.calls`; the rules saw 0.
+    pub state_failed_open: bool,
+    /// The action the contract's `dedupeKey` names, as a key.
+    pub action: Option<String>,
 }
 
 /// Decides a call; `Err` is the refusal to answer with, and nothing may be forwarded.
-pub fn govern<'s>(
+/// The one await is the shared state's `session.calls`, read only when rules read it.
+pub async fn govern<'s>(
     governor: &Governor<'_>,
     snapshot: &'s Snapshot,
     proposal: Proposal<'_>,
@@ -88,8 +97,29 @@ pub fn govern<'s>(
     };
     // Kept only where a shadow policy may forward the call unvalidated.
     let raw_args = policy.shadow.then(|| proposal.args.clone());
+    let mut state_failed_open = false;
+    let tallies = match governor.shared {
+        None => Tallies::Local(governor.ledger),
+        Some(shared) => {
+            let reads_session = policy
+                .grants
+                .get(contract.tool.as_str())
+                .is_some_and(|g| g.reads.session && !g.rules.is_empty());
+            let session_calls = match proposal.session.filter(|_| reads_session) {
+                Some(session) => match shared.session_calls(&proposal.agent.id, session).await {
+                    Ok(calls) => calls,
+                    Err(_) => {
+                        state_failed_open = true;
+                        0
+                    }
+                },
+                None => 0,
+            };
+            Tallies::Shared { session_calls }
+        }
+    };
     let decided = decide(
-        governor.ledger,
+        tallies,
         policy,
         proposal.agent,
         contract,
@@ -105,6 +135,17 @@ pub fn govern<'s>(
             (args, Decision::ShadowDeny, Some(reject))
         }
         Err(reject) => return Err(reject),
+    };
+    let action = match &contract.dedupe_key {
+        Some(key) => match key.evaluate(args.value(), || proposal.agent.cel_value()) {
+            Ok(action) => Some(action),
+            Err(_) if policy.shadow => {
+                tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, "shadow policy would deny (dedupeKey); forwarding without it");
+                None
+            }
+            Err(reject) => return Err(reject),
+        },
+        None => None,
     };
     let captured = contract.capture_arguments.then(|| {
         let mut captured = args.value().clone();
@@ -124,5 +165,7 @@ pub fn govern<'s>(
         decision,
         shadowed,
         captured,
+        state_failed_open,
+        action,
     })
 }

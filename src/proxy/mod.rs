@@ -1,5 +1,6 @@
 //! The data plane: the agent listener and the pipeline every tool call goes through.
 
+pub mod action;
 pub mod body;
 pub mod conventions;
 pub mod decide;

@@ -54,7 +54,12 @@ pub struct Outcome {
     status: Option<u16>,
     /// An MCP tool answered `isError: true`.
     tool_error: bool,
+    /// The shared state couldn't be asked: the call's limits failed open.
+    state_failed_open: bool,
 }
+
+/// `toolgate.state` and the audit record's `state` when limits failed open.
+const FAILED_OPEN: &str = "failed_open";
 
 impl Outcome {
     /// A call's outcome from its first moment; `audited`: whether an audit log is kept.
@@ -82,6 +87,7 @@ impl Outcome {
             tool_description: None,
             status: None,
             tool_error: false,
+            state_failed_open: false,
         }
     }
 
@@ -163,6 +169,7 @@ impl Outcome {
             self.span.event(attributes::ALLOWED, vec![]);
         }
         self.captured_args = verdict.captured.clone();
+        self.state_failed_open |= verdict.state_failed_open;
     }
 
     /// A shadow policy's session limit would have refused the call; it runs anyway. The
@@ -172,6 +179,12 @@ impl Outcome {
         if self.code.is_none() {
             self.code = Some(reject.code);
         }
+    }
+
+    /// The shared state couldn't be asked, so the call's limits were not applied
+    /// (`state.backend: redis`, which fails open for limits).
+    pub fn state_failed_open(&mut self) {
+        self.state_failed_open = true;
     }
 
     /// The MCP tool answered `isError: true`: the call ran, and failed as the tool saw it.
@@ -235,6 +248,7 @@ impl Outcome {
         copy.rule = self.rule.clone();
         copy.policy_version = self.policy_version;
         copy.upstream_status = self.upstream_status;
+        copy.state_failed_open = self.state_failed_open;
         copy
     }
 
@@ -297,6 +311,9 @@ impl Outcome {
         }
         if let Some(status) = self.upstream_status {
             attributes.push(KeyValue::new(attributes::UPSTREAM_STATUS, status as i64));
+        }
+        if self.state_failed_open {
+            attributes.push(KeyValue::new(attributes::STATE, FAILED_OPEN));
         }
         let Some(request) = &self.request else {
             self.span.end(attributes, failed);
@@ -375,6 +392,7 @@ impl Outcome {
                 policy_version: self.policy_version,
                 upstream_status: self.upstream_status,
                 latency_us: elapsed.as_micros() as u64,
+                state: self.state_failed_open.then_some(FAILED_OPEN),
             })
             .await;
     }

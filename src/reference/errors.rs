@@ -50,6 +50,7 @@ pub fn markdown() -> String {
     .with_details(vec![Detail {
         pointer: "/window_minutes".into(),
         keyword: "type".into(),
+        ..Detail::default()
     }])
     .body("4bf92f3577b34da6a3ce929d0e0e4736");
     page.push_str("```json\n");

@@ -8,15 +8,17 @@ pub const CODE: &str = "toolgate.code";
 pub const RULE: &str = "toolgate.rule";
 pub const POLICY_VERSION: &str = "toolgate.policy.version";
 pub const UPSTREAM_STATUS: &str = "toolgate.upstream.status";
+pub const STATE: &str = "toolgate.state";
 
 /// Every `toolgate.*` attribute.
-pub const ATTRIBUTES: [&str; 6] = [
+pub const ATTRIBUTES: [&str; 7] = [
     DECISION,
     AGENT_ID,
     CODE,
     RULE,
     POLICY_VERSION,
     UPSTREAM_STATUS,
+    STATE,
 ];
 
 /// Span events marking the stages a call passed.

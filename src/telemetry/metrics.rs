@@ -36,6 +36,11 @@ pub struct DurationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub op: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabels {
     pub tool: String,
 }
@@ -74,6 +79,10 @@ pub struct Metrics {
     pub policy_reload_errors: Counter,
     pub audit_records: Counter,
     pub spans_dropped: Counter,
+    /// 1 while the shared state (`state.backend: redis`) answers; unset with `memory`.
+    pub state_up: Gauge,
+    pub state_errors: Family<StateLabels, Counter>,
+    pub state_duration: Histograms<StateLabels>,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
 }
@@ -98,6 +107,10 @@ impl Metrics {
         let audit_records = Counter::default();
         let spans_dropped = Counter::default();
         let runtime_alive_tasks = Gauge::default();
+        let state_up = Gauge::default();
+        let state_errors = Family::<StateLabels, Counter>::default();
+        let state_duration: Histograms<StateLabels> =
+            Family::new_with_constructor(latency_histogram);
         // The client appends `_total` to counters, so they are registered without it.
         registry.register(
             "toolgate_calls",
@@ -144,6 +157,21 @@ impl Metrics {
             "Tasks alive in the Tokio runtime that serves /metrics, read when scraped",
             runtime_alive_tasks.clone(),
         );
+        registry.register(
+            "toolgate_state_up",
+            "1 while the shared state (state.backend: redis) answers, 0 while it doesn't",
+            state_up.clone(),
+        );
+        registry.register(
+            "toolgate_state_errors",
+            "Shared-state round trips that failed or timed out, by operation",
+            state_errors.clone(),
+        );
+        registry.register(
+            "toolgate_state_duration_seconds",
+            "Time of one shared-state round trip, by operation",
+            state_duration.clone(),
+        );
         Metrics {
             registry,
             tools: RwLock::default(),
@@ -155,6 +183,9 @@ impl Metrics {
             policy_reload_errors,
             audit_records,
             spans_dropped,
+            state_up,
+            state_errors,
+            state_duration,
             runtime_alive_tasks,
         }
     }
@@ -185,6 +216,17 @@ impl Metrics {
                 decision,
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// One shared-state round trip (`op` is one of a fixed set: a bounded label).
+    pub fn record_state(&self, op: &'static str, elapsed: Duration, ok: bool) {
+        let labels = StateLabels { op };
+        self.state_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if !ok {
+            self.state_errors.get_or_create(&labels).inc();
+        }
     }
 
     pub fn record_upstream(&self, tool: &str, elapsed: Duration) {

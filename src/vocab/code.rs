@@ -17,6 +17,19 @@ pub enum Recovery {
 }
 
 impl Recovery {
+    pub const ALL: [Recovery; 5] = [
+        Recovery::FixArguments,
+        Recovery::AskUser,
+        Recovery::Retry,
+        Recovery::AwaitApproval,
+        Recovery::Stop,
+    ];
+
+    /// The hint named `name` (as [`Recovery::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Recovery> {
+        Recovery::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Recovery::FixArguments => "fix_arguments",
@@ -54,10 +67,17 @@ pub enum Code {
     NotReady,
     AuditUnavailable,
     OriginNotAllowed,
+    StateUnavailable,
+    DuplicateCall,
 }
 
 impl Code {
-    pub const ALL: [Code; 23] = [
+    /// The code named `name` (as [`Code::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|code| code.as_str() == name)
+    }
+
+    pub const ALL: [Code; 25] = [
         Code::MalformedRequest,
         Code::PayloadTooLarge,
         Code::HeadersTooLarge,
@@ -81,6 +101,8 @@ impl Code {
         Code::NotReady,
         Code::AuditUnavailable,
         Code::OriginNotAllowed,
+        Code::StateUnavailable,
+        Code::DuplicateCall,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -109,6 +131,8 @@ impl Code {
             Code::NotReady => "NOT_READY",
             Code::AuditUnavailable => "AUDIT_UNAVAILABLE",
             Code::OriginNotAllowed => "ORIGIN_NOT_ALLOWED",
+            Code::StateUnavailable => "STATE_UNAVAILABLE",
+            Code::DuplicateCall => "DUPLICATE_CALL",
         }
     }
 
@@ -125,14 +149,14 @@ impl Code {
             Code::MissingArgument | Code::InvalidArguments => 422,
             Code::PolicyDenied | Code::OutOfTaskScope => 403,
             Code::RateLimited | Code::BudgetExhausted => 429,
-            Code::LoopDetected => 409,
+            Code::LoopDetected | Code::DuplicateCall => 409,
             Code::ApprovalRequired => 202,
             Code::BackendTimeout => 504,
             Code::BackendUnavailable => 503,
             Code::BackendError => 502,
             Code::BackendRejected => 400,
             Code::OutputContractViolation => 502,
-            Code::NotReady | Code::AuditUnavailable => 503,
+            Code::NotReady | Code::AuditUnavailable | Code::StateUnavailable => 503,
         }
     }
 
@@ -144,6 +168,7 @@ impl Code {
                 | Code::BackendUnavailable
                 | Code::NotReady
                 | Code::AuditUnavailable
+                | Code::StateUnavailable
         )
     }
 
@@ -159,7 +184,8 @@ impl Code {
             Code::RateLimited
             | Code::BackendUnavailable
             | Code::NotReady
-            | Code::AuditUnavailable => Recovery::Retry,
+            | Code::AuditUnavailable
+            | Code::StateUnavailable => Recovery::Retry,
             Code::ApprovalRequired => Recovery::AwaitApproval,
             _ => Recovery::Stop,
         }
@@ -211,6 +237,14 @@ impl Code {
             Code::OriginNotAllowed => {
                 "an MCP request's `Origin` is not in `mcp.allowedOrigins`, or its `Host` not in \
                  `mcp.allowedHosts` (DNS-rebinding protection); nothing is forwarded"
+            }
+            Code::StateUnavailable => {
+                "`state.backend: redis` can't be reached within `timeoutMs`, and the call needs \
+                 it: a non-idempotent call's claim (rate limits and budgets fail open instead)"
+            }
+            Code::DuplicateCall => {
+                "another caller ran the same action (equal `dedupeKey`) within \
+                 `dedupeWindowSeconds`; `details.traceId` names the first call"
             }
         }
     }

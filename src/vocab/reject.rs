@@ -6,11 +6,15 @@ use serde_json::{json, Value};
 
 use super::code::{Code, Recovery};
 
-/// One entry of `details[]`: where in the arguments, and which schema keyword.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One entry of `details[]`: where in the arguments, and which schema keyword (or, for
+/// `DUPLICATE_CALL`, `dedupeKey` and the first call's trace id).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
 pub struct Detail {
     pub pointer: String,
     pub keyword: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// A refusal, as produced by a stage. Rendered by [`Reject::body`].
@@ -111,6 +115,7 @@ mod tests {
             .with_details(vec![Detail {
                 pointer: "/window_minutes".into(),
                 keyword: "type".into(),
+                ..Detail::default()
             }])
             .body("4bf92f3577b34da6a3ce929d0e0e4736");
         let err = &body["error"];

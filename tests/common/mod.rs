@@ -400,3 +400,4 @@ pub async fn closed_port() -> SocketAddr {
 pub mod collector;
 pub mod keys;
 pub mod raw; // hostile inputs (issue 19)
+pub mod redis; // shared state (issue 21)

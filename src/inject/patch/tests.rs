@@ -319,6 +319,75 @@ fn a_taken_audit_key_volume_name_is_refused() {
 }
 
 #[test]
+fn a_redis_password_secret_is_mounted_into_the_sidecar_alone() {
+    let settings = SidecarSettings {
+        redis_password_secret: Some("toolgate-redis".into()),
+        audit_key_secret: Some("toolgate-audit-key".into()),
+        ..settings()
+    };
+    let (_, doc) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &settings,
+    );
+    let env = env_of(&doc);
+    assert_eq!(
+        env["TOOLGATE_STATE_REDIS_PASSWORD_FILE"],
+        "/etc/toolgate/redis-password/password"
+    );
+    assert_eq!(
+        env["TOOLGATE_AUDIT_KEY_FILE"],
+        "/etc/toolgate/audit-key/key"
+    );
+    let mounts = doc["spec"]["initContainers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap();
+    assert!(
+        mounts.contains(&json!({"name": "toolgate-redis-password", "mountPath": "/etc/toolgate/redis-password", "readOnly": true})),
+        "{mounts:?}"
+    );
+    let volumes = doc["spec"]["volumes"].as_array().unwrap();
+    assert_eq!(
+        volumes.last().unwrap(),
+        &json!({"name": "toolgate-redis-password", "secret": {
+            "secretName": "toolgate-redis", "items": [{"key": "password", "path": "password"}]}})
+    );
+    // Beside the cluster source's two volumes and the audit key's, not instead of them.
+    assert_eq!(volumes.len(), 4);
+    assert!(
+        doc["spec"]["containers"][0].get("volumeMounts").is_none(),
+        "the app never sees the password"
+    );
+    assert_eq!(
+        sidecar::REDIS_PASSWORD_FILE,
+        format!(
+            "/etc/toolgate/redis-password/{}",
+            sidecar::REDIS_PASSWORD_ITEM
+        )
+    );
+
+    let (_, doc) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &self::settings(),
+    );
+    assert!(!env_of(&doc).contains_key("TOOLGATE_STATE_REDIS_PASSWORD_FILE"));
+    assert!(!doc["spec"]["volumes"].to_string().contains("redis"));
+}
+
+#[test]
+fn a_taken_redis_password_volume_name_is_refused() {
+    let settings = SidecarSettings {
+        redis_password_secret: Some("toolgate-redis".into()),
+        ..settings()
+    };
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["volumes"] = json!([{"name": "toolgate-redis-password", "emptyDir": {}}]);
+    match patch(&mk_pod(opted_in(), spec), &settings) {
+        Decision::Refuse(reason) => assert!(reason.contains("toolgate-redis-password"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
 fn the_upstream_port_comes_from_the_annotation_or_the_first_tcp_port() {
     let upstream = |annotations: Value, ports: Value| {
         let (_, doc) = injected(&mk_pod(annotations, app(ports)), &settings());

@@ -47,6 +47,10 @@ fn variables_override_the_file() {
                 "TOOLGATE_INJECT_SIDECAR_AUDIT_KEY_SECRET",
                 "toolgate-audit-key",
             ),
+            (
+                "TOOLGATE_INJECT_SIDECAR_REDIS_PASSWORD_SECRET",
+                "toolgate-redis",
+            ),
             ("TOOLGATE_INJECT_SIDECAR_RESOURCES", "{requests: {cpu: 1}}"),
             ("TOOLGATE_UPSTREAM", "not ours"),
         ]),
@@ -62,6 +66,10 @@ fn variables_override_the_file() {
         s.sidecar.audit_key_secret.as_deref(),
         Some("toolgate-audit-key")
     );
+    assert_eq!(
+        s.sidecar.redis_password_secret.as_deref(),
+        Some("toolgate-redis")
+    );
     assert_eq!(s.sidecar.resources.requests["cpu"], "1");
     assert!(s.sidecar.resources.limits.is_empty());
 }
@@ -76,6 +84,11 @@ fn values_every_pod_would_carry_are_checked_at_start() {
         ),
         ("sidecar: {auditKeySecret: Audit_Key}", "auditKeySecret"),
         ("sidecar: {auditKeySecret: ''}", "auditKeySecret"),
+        (
+            "sidecar: {redisPasswordSecret: Redis_Password}",
+            "redisPasswordSecret",
+        ),
+        ("sidecar: {redisPasswordSecret: ''}", "redisPasswordSecret"),
         ("sidecar: {image: ''}", "image"),
         (
             "sidecar: {env: {TOOLGATE_UPSTREAM: x}}",
@@ -111,6 +124,29 @@ fn the_audit_key_variable_is_reserved_with_an_audit_key_secret() {
     );
 }
 
+/// Likewise `TOOLGATE_STATE_REDIS_PASSWORD_FILE`, only when the injector mounts the
+/// password.
+#[test]
+fn the_redis_password_variable_is_reserved_with_a_redis_password_secret() {
+    let env = "env: {TOOLGATE_STATE_REDIS_PASSWORD_FILE: /secrets/redis}";
+    let err = InjectSettings::parse(
+        "t",
+        &format!("sidecar: {{redisPasswordSecret: toolgate-redis, {env}}}"),
+        vars(&[]),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("sidecar.env.TOOLGATE_STATE_REDIS_PASSWORD_FILE") && text.contains("per pod"),
+        "{text}"
+    );
+    let without = InjectSettings::parse("t", &format!("sidecar: {{{env}}}"), vars(&[])).unwrap();
+    assert_eq!(
+        without.sidecar.env["TOOLGATE_STATE_REDIS_PASSWORD_FILE"], "/secrets/redis",
+        "without a Secret the variable is the user's"
+    );
+}
+
 #[test]
 fn quantities_follow_kubernetes() {
     for good in ["20m", "1", "0.5", "64Mi", "1Gi", "1e3", "100k", "+1", ".5"] {
@@ -128,6 +164,7 @@ fn every_key_has_a_variable() {
     let mut settings = InjectSettings::default();
     settings.sidecar.policies_config_map = Some("p".into());
     settings.sidecar.audit_key_secret = Some("k".into());
+    settings.sidecar.redis_password_secret = Some("r".into());
     settings.sidecar.env.insert("A".into(), "b".into());
     let tree = serde_json::to_value(&settings).unwrap();
     for leaf in crate::config::file::leaves(&tree) {

@@ -40,12 +40,14 @@ pub struct Permit<'s> {
     pub args: Args,
     /// A later round of a multi-round call: its `inputResponses` and `requestState`.
     pub round: Option<Value>,
+    /// The action the contract's `dedupeKey` names.
+    pub action: Option<String>,
     pub body: Bytes,
 }
 
 /// Decides a tools/call through the governing core. `original` is the message as it
 /// arrived, forwarded unchanged unless defaults were filled into its arguments.
-pub fn decide<'s>(
+pub async fn decide<'s>(
     ex: &Exchange<'_>,
     snapshot: &'s Snapshot,
     message: &mut Message,
@@ -83,7 +85,9 @@ pub fn decide<'s>(
         headers: &ex.parts.headers,
         session: ex.session,
     };
-    let verdict = govern(&ex.gate.governor(), snapshot, proposal).map_err(Refusal::of_call)?;
+    let verdict = govern(&ex.gate.governor(), snapshot, proposal)
+        .await
+        .map_err(Refusal::of_call)?;
     outcome.governed(&verdict);
     let args = verdict.args;
     // The backend runs what was checked: filled defaults travel with the call.
@@ -102,6 +106,7 @@ pub fn decide<'s>(
         policy: verdict.policy,
         args: args.into_args(),
         round,
+        action: verdict.action,
         body,
     })
 }

@@ -115,6 +115,9 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
     if method == Method::DELETE && response.status().is_success() {
         if let Some(session) = ex.mcp_session() {
             ex.gate.mcp_sessions.end(session);
+            if let Some(shared) = &ex.gate.shared {
+                shared.end_owner(session).await;
+            }
         }
     }
     let resumed = ex.parts.headers.contains_key("last-event-id");
@@ -169,6 +172,12 @@ pub async fn pass(
             .and_then(|v| v.to_str().ok());
         if let Some(session) = issued {
             ex.gate.mcp_sessions.bind(session, &ex.agent.id);
+            // Awaited: the client may name the session on another replica next.
+            if let Some(shared) = &ex.gate.shared {
+                shared
+                    .bind_owner(session, &ex.agent.id, super::session::IDLE)
+                    .await;
+            }
         }
     }
     stream_through(response)

@@ -127,7 +127,7 @@ pub async fn handle(
     match parts.method {
         Method::POST => Ok(post(&ex, body, outcome).await),
         Method::GET | Method::DELETE => {
-            ex.check_session()?;
+            ex.check_session().await?;
             forward::stream(&ex, outcome).await
         }
         _ => Err(Reject::new(
@@ -168,7 +168,7 @@ async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Respo
         Parsed::Single(message) => message.reply_id(),
         Parsed::Batch(_) => Value::Null,
     };
-    if let Err(reject) = ex.check_session() {
+    if let Err(reject) = ex.check_session().await {
         return ex.refuse(outcome, Refusal::error(INVALID_REQUEST, reject), &id);
     }
     match parsed {
@@ -242,11 +242,26 @@ impl Exchange<'_> {
             .and_then(|v| v.to_str().ok())
     }
 
-    /// A named session must have been issued to this agent.
-    pub fn check_session(&self) -> Result<(), Reject> {
-        match self.mcp_session() {
-            Some(session) => self.gate.mcp_sessions.check(session, &self.agent.id),
-            None => Ok(()),
+    /// A named session must have been issued to this agent: by this pod, or, with shared
+    /// state, by any replica (asked once, then remembered here).
+    pub async fn check_session(&self) -> Result<(), Reject> {
+        let Some(session) = self.mcp_session() else {
+            return Ok(());
+        };
+        let local = self.gate.mcp_sessions.check(session, &self.agent.id);
+        let (Err(refusal), Some(shared)) = (&local, &self.gate.shared) else {
+            return local;
+        };
+        match shared.owner(session, session::IDLE).await {
+            Ok(Some(owner)) if *owner == *self.agent.id => {
+                self.gate.mcp_sessions.bind(session, &self.agent.id);
+                Ok(())
+            }
+            Ok(_) => Err(refusal.clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "an MCP session unknown here could not be looked up in the shared state; refused as unknown");
+                Err(refusal.clone())
+            }
         }
     }
 

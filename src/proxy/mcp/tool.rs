@@ -136,7 +136,7 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
-    let permit = call::decide(ex, &snapshot, message, original, outcome)?;
+    let permit = call::decide(ex, &snapshot, message, original, outcome).await?;
     let contract = permit.contract;
     let key = idempotency_key(&ex.parts.headers)
         .map_err(|m| Refusal::of_call(Reject::new(Code::MalformedRequest, m)))?;
@@ -147,7 +147,8 @@ async fn forward_call(
         &permit.args,
         key.as_deref(),
     )
-    .in_round(permit.round.as_ref());
+    .in_round(permit.round.as_ref())
+    .as_action(permit.action.as_deref());
     let request = Outbound {
         method: Method::POST,
         tool: Some(&contract.tool),
@@ -197,9 +198,7 @@ async fn forward_call(
         }
         Err(Stopped::Failed(reject)) => return Err(Refusal::of_call(reject)),
     };
-    if let Some(reject) = &forwarded.shadowed {
-        outcome.shadowed(reject);
-    }
+    forwarded.note(outcome);
     let tool = permit.tool;
     match forwarded.sent {
         // Only a live plan leads this way, and a live plan has its relays.

@@ -138,6 +138,7 @@ fn insert(args: &mut Map<String, Value>, name: &str, value: Value) -> Result<(),
         .with_details(vec![Detail {
             pointer: format!("/{}", crate::policy::schema::escape(name)),
             keyword: "duplicate".into(),
+            ..Detail::default()
         }]));
     }
     args.insert(name.to_string(), value);

@@ -76,7 +76,8 @@ pub async fn handle(
             headers: &parts.headers,
             session: session.as_deref(),
         },
-    )?;
+    )
+    .await?;
     outcome.governed(&verdict);
     let contract = verdict.contract;
     let limited = Call::new(
@@ -85,7 +86,8 @@ pub async fn handle(
         &contract.tool,
         verdict.args.args(),
         idempotency_key.as_deref(),
-    );
+    )
+    .as_action(verdict.action.as_deref());
     // The backend runs what was checked: filled defaults travel with the call.
     let body = if call.json_body && verdict.args.filled {
         respond::with_defaults(verdict.args.value(), &call.url_keys)
@@ -120,9 +122,7 @@ pub async fn handle(
         }
         Err(Stopped::Failed(reject)) => return Err(reject),
     };
-    if let Some(reject) = &forwarded.shadowed {
-        outcome.shadowed(reject);
-    }
+    forwarded.note(outcome);
     match forwarded.sent {
         Sent::Live { response, sent } => {
             outcome.answered(response.status().as_u16());
