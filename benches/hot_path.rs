@@ -167,6 +167,7 @@ fn stages(c: &mut Criterion) {
         upstream_status: Some(200),
         latency_us: 412,
         state: None,
+        approval: None,
     };
     c.bench_function("audit/args_digest_1k", |b| {
         b.iter(|| args_digest(black_box(args.value())))

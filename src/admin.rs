@@ -1,12 +1,14 @@
 //! The admin listener: `/healthz` (the process is up), `/readyz` (a policy snapshot is
 //! loaded and, with `audit.onFailure: fail_closed`, the audit log can be written),
-//! `/metrics` (Prometheus text) and `/config` (what is being enforced).
+//! `/metrics` (Prometheus text), `/config` (what is being enforced) and the approval
+//! API (`/approvals…`, for approvers; `approvals::api`).
 
 use http::{header, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 use std::sync::Arc;
 
+use crate::approvals::{self, service::Approvals};
 use crate::audit::AuditLog;
 use crate::control::Control;
 use crate::proxy::body::{full, Body};
@@ -19,12 +21,17 @@ pub struct Admin {
     pub audit: AuditLog,
     /// `state.backend: redis`; `None` with `memory`.
     pub state: Option<Arc<Shared>>,
+    /// The approval API (`/approvals…`).
+    pub approvals: Arc<Approvals>,
 }
 
 impl Admin {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
+            path if path == "/approvals" || path.starts_with("/approvals/") => {
+                approvals::api::serve(&self.approvals, request).await
+            }
             "/readyz" => self.readiness(),
             "/metrics" => {
                 let mut response = text(StatusCode::OK, self.metrics.encode());

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use toolgate::approvals::cli::{ApprovalsCommand, EXIT_CODES};
 use toolgate::config::Settings;
 use toolgate::sidecar::Sidecar;
 
@@ -63,6 +64,12 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Decide human approvals through a sidecar's admin listener: list, show, approve, deny.
+    #[command(after_help = EXIT_CODES)]
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -98,6 +105,8 @@ fn main() -> ExitCode {
                     expect_seq,
                 },
         } => verify(&file, key_file.as_deref(), expect_seq),
+        Command::Approvals { command } => runtime()
+            .map(|rt| rt.block_on(toolgate::approvals::cli::run(command, std::env::vars()))),
     };
     match result {
         Ok(code) => code,

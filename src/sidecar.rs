@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
+use crate::approvals::service::Approvals;
 use crate::audit::AuditLog;
 use crate::config::{Settings, StateBackend};
 use crate::control::cluster::{self, Cluster};
@@ -120,6 +121,15 @@ impl Sidecar {
                     .context("state.redis")?,
             ),
         };
+        let approvals = Arc::new(
+            Approvals::new(
+                &settings.approvals,
+                shared.clone(),
+                audit.clone(),
+                metrics.clone(),
+            )
+            .context("approvals")?,
+        );
         let gate = Arc::new(Gate {
             snapshots: control.reader(),
             identity,
@@ -136,6 +146,7 @@ impl Sidecar {
                 .context("mcp")?,
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
             shared,
+            approvals,
             oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
             mcp_sessions: Default::default(),
             mcp_pending: Default::default(),
@@ -170,6 +181,7 @@ impl Sidecar {
             metrics,
             audit: gate.audit.clone(),
             state: gate.shared.clone(),
+            approvals: gate.approvals.clone(),
         });
         let admin = tokio::spawn(serve(
             admin_listener,

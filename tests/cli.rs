@@ -18,7 +18,7 @@ fn check_accepts_the_examples() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("ok: 6 objects in 2 files"), "{text}");
+    assert!(text.contains("ok: 7 objects in 2 files"), "{text}");
 }
 
 #[test]
@@ -304,6 +304,8 @@ fn demo_prints_every_scenario_and_exits_zero() {
         "replayed, not run again",
         "LOOP_DETECTED",
         "RATE_LIMITED",
+        "APPROVAL_REQUIRED",
+        "approver alice (finance-leads) approves",
         "hash chain intact",
     ] {
         assert!(text.contains(expected), "missing {expected} in\n{text}");
@@ -312,4 +314,15 @@ fn demo_prints_every_scenario_and_exits_zero() {
         !text.contains("db-7"),
         "backend internals leaked into the demo:\n{text}"
     );
+    // Held, approved, run once, then replayed: the refund ran once.
+    let refunds: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("issue_refund"))
+        .collect();
+    assert_eq!(refunds.len(), 3, "{text}");
+    assert!(
+        refunds[0].contains("202") && refunds[1].contains("201"),
+        "{text}"
+    );
+    assert!(refunds[2].contains("replayed, not run again"), "{text}");
 }

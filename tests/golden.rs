@@ -284,6 +284,7 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         shared: None,
         tasks: Some(tasks),
         audit_refuses: false,
+        approvals: None,
     };
     let proposal = Proposal {
         tool,
@@ -293,6 +294,7 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         path: &path,
         headers: &headers,
         session: call.session.as_deref(),
+        trace_id: "0af7651916cd43dd8448eb211c80319c",
     };
     // With the in-memory state nothing in the core waits: run it in place.
     let verdict = match futures_executor::block_on(govern(&governor, snapshot, proposal)) {

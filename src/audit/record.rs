@@ -36,6 +36,17 @@ pub struct Entry {
     /// `failed_open`: the shared state couldn't be asked, so limits were not applied.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<&'static str>,
+    /// The approval this call ran under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalRef>,
+}
+
+/// A call's approval as its record names it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApprovalRef {
+    pub id: String,
+    pub approver: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// A record the writer chains: a decision, or one of the records that say what the
@@ -48,6 +59,30 @@ pub enum Record {
     Start(Start),
     /// A policy version was published; the calls after it name it in `policyVersion`.
     Policy(Published),
+    /// An approval changed: requested, approved, denied, expired or used.
+    Approval(ApprovalEvent),
+}
+
+/// The `approval` record: one transition of a human approval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalEvent {
+    #[serde(skip)]
+    pub ts: String,
+    /// `requested`, `approved`, `denied`, `expired` or `used`.
+    pub event: &'static str,
+    pub approval_id: String,
+    pub tool: String,
+    pub agent: String,
+    pub session: Option<String>,
+    /// The approver who decided it (approved, denied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The call that requested or used it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// The `start` record: which binary, with which settings, chained how.
@@ -86,6 +121,7 @@ impl Record {
             Record::Call(_) => "call",
             Record::Start(_) => "start",
             Record::Policy(_) => "policy",
+            Record::Approval(_) => "approval",
         }
     }
 
@@ -94,6 +130,7 @@ impl Record {
             Record::Call(entry) => &entry.ts,
             Record::Start(start) => &start.ts,
             Record::Policy(published) => &published.ts,
+            Record::Approval(event) => &event.ts,
         }
     }
 }
@@ -127,6 +164,8 @@ struct Call<'a> {
     latency_us: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approval: &'a Option<ApprovalRef>,
 }
 
 impl<'a> Call<'a> {
@@ -145,6 +184,7 @@ impl<'a> Call<'a> {
             upstream_status: entry.upstream_status,
             latency_us: entry.latency_us,
             state: entry.state,
+            approval: &entry.approval,
         }
     }
 }
@@ -173,6 +213,13 @@ pub fn chain(record: &Record, seq: u64, prev: &str, key: Option<&AuditKey>) -> (
             seq,
             kind,
             body: published,
+            prev,
+        }),
+        Record::Approval(event) => to_json(&Line {
+            ts,
+            seq,
+            kind,
+            body: event,
             prev,
         }),
     };

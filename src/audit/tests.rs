@@ -25,6 +25,7 @@ fn mk_entry(n: u64) -> Entry {
         upstream_status: Some(200),
         latency_us: 42,
         state: None,
+        approval: None,
     }
 }
 

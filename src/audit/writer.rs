@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::key::{scheme, AuditKey, KeyError};
-use super::record::{chain, now, Entry, Published, Record, Start, GENESIS};
+use super::record::{chain, now, ApprovalEvent, Entry, Published, Record, Start, GENESIS};
 use crate::config::{Audit, OnFailure};
 use crate::telemetry::metrics::Metrics;
 
@@ -169,6 +169,15 @@ impl AuditLog {
                 .is_err()
             {
                 tracing::error!("audit writer stopped; record not written");
+            }
+        }
+    }
+
+    /// Queues an `approval` record, waiting when the queue is full (never dropped).
+    pub async fn record_approval(&self, event: ApprovalEvent) {
+        if let Some(tx) = &self.tx {
+            if tx.send(Msg::Record(Record::Approval(event))).await.is_err() {
+                tracing::error!("audit writer stopped; approval record not written");
             }
         }
     }

@@ -63,6 +63,10 @@ const KEYS: &[(&str, Kind)] = &[
     ("state.redis.cluster", Kind::Bool),
     ("state.redis.keyPrefix", Kind::Str),
     ("state.redis.timeoutMs", Kind::Num),
+    ("approvals.approvers.tokens", Kind::Str),
+    ("approvals.approvers.jwt", Kind::Yaml),
+    ("approvals.notifyUrl", Kind::Str),
+    ("approvals.maxPending", Kind::Num),
 ];
 
 /// Variables that start with `TOOLGATE_` but are not settings keys.
@@ -244,6 +248,14 @@ mod tests {
             telemetry: super::super::Telemetry {
                 otlp_endpoint: Some("e".into()),
                 ..defaults.telemetry.clone()
+            },
+            approvals: super::super::Approvals {
+                approvers: super::super::Approvers {
+                    tokens: Some("a".into()),
+                    jwt: Vec::new(),
+                },
+                notify_url: Some("http://n".into()),
+                ..defaults.approvals.clone()
             },
             state: super::super::State {
                 redis: super::super::Redis {

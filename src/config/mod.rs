@@ -25,6 +25,7 @@ pub struct Settings {
     pub audit: Audit,
     pub limits: Limits,
     pub state: State,
+    pub approvals: Approvals,
 }
 
 impl Default for Settings {
@@ -41,8 +42,57 @@ impl Default for Settings {
             audit: Audit::default(),
             limits: Limits::default(),
             state: State::default(),
+            approvals: Approvals::default(),
         }
     }
+}
+
+/// Human approval (`approvals`; docs/approvals.md): who may decide, whom to tell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Approvals {
+    pub approvers: Approvers,
+    /// Each new pending approval is POSTed here as JSON (best effort).
+    pub notify_url: Option<String>,
+    /// With `state.backend: memory`, the most approvals kept at once.
+    pub max_pending: u64,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Approvals {
+            approvers: Approvers::default(),
+            notify_url: None,
+            max_pending: 10_000,
+        }
+    }
+}
+
+/// Approver credentials: never an agent's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Approvers {
+    /// A YAML map of approver name → `{sha256: <hex of their token>, groups: [...]}`.
+    pub tokens: Option<PathBuf>,
+    pub jwt: Vec<ApproverJwt>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApproverJwt {
+    pub issuer: String,
+    pub audience: String,
+    pub jwks: PathBuf,
+    /// The claim naming the approver.
+    #[serde(default = "sub")]
+    pub name_claim: String,
+    /// The claim listing the approver's groups.
+    #[serde(default = "groups")]
+    pub groups_claim: String,
+}
+
+fn groups() -> String {
+    "groups".into()
 }
 
 /// Where state that must hold across calls lives (`state`; docs/state.md).
@@ -372,6 +422,7 @@ impl Settings {
         settings.limits.check(origin)?;
         settings.identity.check(origin)?;
         settings.state.redis.check(origin)?;
+        settings.check_approvers(origin)?;
         Ok(settings)
     }
 }
@@ -412,6 +463,35 @@ impl Identity {
             )),
             None => Ok(()),
         }
+    }
+}
+
+impl Settings {
+    /// An issuer trusted for both agents and approvers with one audience would make an
+    /// agent's token an approver's: refused.
+    fn check_approvers(&self, origin: &str) -> Result<(), SettingsError> {
+        for (i, approver) in self.approvals.approvers.jwt.iter().enumerate() {
+            let shared = self
+                .identity
+                .jwt
+                .iter()
+                .any(|a| a.issuer == approver.issuer && a.audience == approver.audience);
+            if shared {
+                return Err(file::invalid(
+                    origin,
+                    format!("approvals.approvers.jwt[{i}].audience"),
+                    "must differ from the agent issuer's audience for the same issuer: an agent's token must never be an approver's".into(),
+                ));
+            }
+        }
+        if self.approvals.max_pending == 0 {
+            return Err(file::invalid(
+                origin,
+                "approvals.maxPending".into(),
+                "must be positive".into(),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -213,6 +213,25 @@ pub struct ToolGrant {
     pub rate_limit: Option<RateLimit>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<Rule>,
+    /// A person must approve a call of this grant before it runs (docs/approvals.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalSpec>,
+}
+
+/// When a grant's calls need a person's approval, and whose.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalSpec {
+    /// CEL like a rule's: when true, the call needs approval. Absent: every call does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// Approver groups that may decide (`approvals.approvers`).
+    #[schemars(length(min = 1))]
+    pub approvers: Vec<String>,
+    /// A pending or approved call expires this long after it was held (default 900).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub ttl_seconds: Option<u64>,
 }
 
 /// A CEL expression that must be true for the call to run.

@@ -48,6 +48,10 @@ async fn answer(request: Request<Incoming>) -> Response<Full<Bytes>> {
             StatusCode::CREATED,
             format!(r#"{{"id":"OPS-{}","received":{}}}"#, body.len(), String::from_utf8_lossy(&body)),
         ),
+        ("POST", "/refunds") => (
+            StatusCode::CREATED,
+            format!(r#"{{"refund":"RF-{}","received":{}}}"#, body.len(), String::from_utf8_lossy(&body)),
+        ),
         ("GET", p) if p.starts_with("/reports/") => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "Traceback (most recent call last): psycopg2.OperationalError: could not connect to db-7.internal:5432".to_string(),

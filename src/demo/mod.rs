@@ -13,7 +13,9 @@ use hyper_util::rt::TokioExecutor;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::config::{Audit, Identity, Policies, Settings, TaskIssuer, Telemetry};
+use crate::config::{
+    Approvals, Approvers, Audit, Identity, Policies, Settings, TaskIssuer, Telemetry,
+};
 use crate::identity::tokens::digest_hex;
 use crate::sidecar::Sidecar;
 
@@ -34,6 +36,9 @@ struct Step {
     /// Send the task token the orchestrator signed for "30 minutes of orders logs".
     task: bool,
     body: &'static str,
+    /// Before the call, the scripted approver approves the approval the last call was
+    /// held for, on the admin API.
+    approve_first: bool,
 }
 
 const fn step(
@@ -51,7 +56,13 @@ const fn step(
         token: Some(TOKEN),
         task: false,
         body,
+        approve_first: false,
     }
+}
+
+const fn approved(mut s: Step) -> Step {
+    s.approve_first = true;
+    s
 }
 
 const fn with_task(mut s: Step) -> Step {
@@ -172,7 +183,32 @@ const STEPS: &[Step] = &[
         "/status/payments",
         "",
     ),
+    step(
+        "a large refund: held for a person",
+        "issue_refund",
+        "POST",
+        "/refunds",
+        REFUND,
+    ),
+    approved(step(
+        "approved by finance: runs once",
+        "issue_refund",
+        "POST",
+        "/refunds",
+        REFUND,
+    )),
+    step(
+        "the same refund again",
+        "issue_refund",
+        "POST",
+        "/refunds",
+        REFUND,
+    ),
 ];
+
+const REFUND: &str = r#"{"order_id":"A-1042","amount":250,"note":"damaged in transit"}"#;
+/// The scripted approver: alice, in finance-leads.
+const APPROVER_TOKEN: &str = "demo-approver-token";
 
 /// One printed row.
 #[derive(Debug, Clone)]
@@ -200,6 +236,14 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
     std::fs::write(policies.join("agents.yaml"), AGENTS)?;
     let tokens = home.join("tokens.yaml");
     std::fs::write(&tokens, format!("ops-bot: {}\n", digest_hex(TOKEN)))?;
+    let approvers = home.join("approvers.yaml");
+    std::fs::write(
+        &approvers,
+        format!(
+            "alice: {{sha256: {}, groups: [finance-leads]}}\n",
+            digest_hex(APPROVER_TOKEN)
+        ),
+    )?;
     let task_jwks = home.join("task-jwks.json");
     std::fs::write(&task_jwks, ORCHESTRATOR_JWKS)?;
     let task = task_token()?;
@@ -234,6 +278,13 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
             service_name: "toolgate-demo".into(),
             ..defaults.telemetry.clone()
         },
+        approvals: Approvals {
+            approvers: Approvers {
+                tokens: Some(approvers),
+                jwt: Vec::new(),
+            },
+            ..defaults.approvals.clone()
+        },
         ..defaults
     };
     let sidecar = Sidecar::start(settings).await?;
@@ -261,7 +312,34 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
     )?;
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut rows = Vec::new();
+    let mut held: Option<String> = None;
     for (i, step) in STEPS.iter().enumerate() {
+        if step.approve_first {
+            let id = held.take().context("no call was held for approval")?;
+            let approved = client
+                .request(
+                    Request::builder()
+                        .method("POST")
+                        .uri(format!(
+                            "http://{}/approvals/{id}/approve",
+                            sidecar.admin_addr
+                        ))
+                        .header("authorization", format!("Bearer {APPROVER_TOKEN}"))
+                        .body(Full::new(Bytes::from_static(
+                            br#"{"reason":"customer photo checked"}"#,
+                        )))?,
+                )
+                .await?;
+            anyhow::ensure!(
+                approved.status().is_success(),
+                "the scripted approver could not approve {id}: {}",
+                approved.status()
+            );
+            writeln!(
+                out,
+                "   approver alice (finance-leads) approves {id} on the admin API: \"customer photo checked\""
+            )?;
+        }
         let mut request = Request::builder()
             .method(step.method)
             .uri(format!("http://{}{}", sidecar.agent_addr, step.path))
@@ -291,6 +369,9 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
         let replayed = header("x-toolgate-replayed") == "true";
         let body = response.into_body().collect().await?.to_bytes();
         let json: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        if let Some(id) = json["error"]["details"][0]["approvalId"].as_str() {
+            held = Some(id.to_string());
+        }
         let told = match json["error"]["message"].as_str() {
             Some(message) => format!(
                 "{message} [{}]",
@@ -333,7 +414,7 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
     let audit_records = summary.calls as usize;
     writeln!(
         out,
-        "\naudit log: {} ({audit_records} decisions, {} records with the start and policy records, hash chain intact)",
+        "\naudit log: {} ({audit_records} decisions, {} records with the start, policy and approval records, hash chain intact)",
         audit.display(),
         summary.records
     )?;

@@ -110,9 +110,9 @@ pub fn duplicate(tool: &str, owner: &Owner) -> Reject {
         ),
     )
     .with_details(vec![Detail {
-        pointer: String::new(),
         keyword: "dedupeKey".into(),
         trace_id: Some(owner.trace_id.clone()),
+        ..Detail::default()
     }])
 }
 

@@ -211,6 +211,15 @@ impl Dedupe {
         })
     }
 
+    /// Whether an identical call ran or runs within its window: a new one would join it.
+    pub fn holds(&self, call: &Call<'_>) -> bool {
+        let identity = call.identity();
+        self.flights
+            .compute(key(call), self.clock.now(), |current| {
+                (Op::Keep, current.is_some_and(|f| f.fingerprint == identity))
+            })
+    }
+
     /// Flights held now.
     pub fn len(&self) -> u64 {
         self.flights.len() as u64

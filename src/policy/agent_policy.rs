@@ -26,8 +26,29 @@ pub struct Policy {
 pub struct Grant {
     pub rate_limit: Option<Quota>,
     pub rules: Vec<CompiledRule>,
-    /// What the rules read together: a call converts only these variables.
+    /// What the rules (and the approval's `when`) read together: a call converts only
+    /// these variables.
     pub reads: Reads,
+    pub approval: Option<Approval>,
+}
+
+/// A grant's `approval`, compiled.
+#[derive(Debug)]
+pub struct Approval {
+    /// `None`: every call needs approval.
+    pub when: Option<CompiledRule>,
+    pub approvers: Vec<String>,
+    pub ttl: std::time::Duration,
+}
+
+/// How long an approval lives when the grant doesn't say.
+pub const DEFAULT_APPROVAL_TTL: std::time::Duration = std::time::Duration::from_secs(900);
+
+impl Approval {
+    /// The condition as an approval shows it: the `when` expression, or `always`.
+    pub fn condition(&self) -> &str {
+        self.when.as_ref().map_or("always", |w| w.source.as_str())
+    }
 }
 
 impl Policy {
@@ -53,13 +74,19 @@ impl Policy {
                     CompiledRule::compile(rule).map_err(|e| (format!("{at}.rules[{j}].expr"), e))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            let approval = match &tool.approval {
+                Some(spec) => Some(compile_approval(&at, spec)?),
+                None => None,
+            };
             let reads = rules
                 .iter()
+                .chain(approval.as_ref().and_then(|a| a.when.as_ref()))
                 .fold(Reads::default(), |all, r| all.union(r.reads));
             let grant = Grant {
                 rate_limit,
                 rules,
                 reads,
+                approval,
             };
             if grants.insert(tool.name.clone(), grant).is_some() {
                 return Err((
@@ -103,6 +130,42 @@ fn compile_rate(at: &str, rate: Option<&RateLimit>) -> Result<Option<Quota>, Fie
 }
 
 /// Zero would refuse every call of every session: almost certainly a typo.
+fn compile_approval(at: &str, spec: &crate::crd::ApprovalSpec) -> Result<Approval, FieldError> {
+    if spec.approvers.is_empty() || spec.approvers.iter().any(|g| g.trim().is_empty()) {
+        return Err((
+            format!("{at}.approval.approvers"),
+            "must name at least one approver group".into(),
+        ));
+    }
+    let when = match &spec.when {
+        Some(expr) => Some(
+            CompiledRule::compile(&crate::crd::Rule {
+                name: "approval".into(),
+                expr: expr.clone(),
+                message: None,
+                recovery: None,
+            })
+            .map_err(|e| (format!("{at}.approval.when"), e))?,
+        ),
+        None => None,
+    };
+    let ttl = match spec.ttl_seconds {
+        Some(0) => {
+            return Err((
+                format!("{at}.approval.ttlSeconds"),
+                "must be positive".into(),
+            ))
+        }
+        Some(seconds) => std::time::Duration::from_secs(seconds),
+        None => DEFAULT_APPROVAL_TTL,
+    };
+    Ok(Approval {
+        when,
+        approvers: spec.approvers.clone(),
+        ttl,
+    })
+}
+
 fn check_session(session: Option<&SessionLimits>) -> Result<(), FieldError> {
     let Some(session) = session else {
         return Ok(());

@@ -81,7 +81,7 @@ impl Schema {
                     detail: Detail {
                         pointer,
                         keyword,
-                        trace_id: None,
+                        ..Detail::default()
                     },
                     message,
                 }

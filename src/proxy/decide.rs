@@ -39,6 +39,15 @@ pub enum Tallies<'a> {
     Shared { session_calls: u64 },
 }
 
+/// A call the decision let through.
+#[derive(Debug)]
+pub struct Decided {
+    /// Validated, defaults filled.
+    pub args: Arguments,
+    /// The grant's `approval` asks for a person's approval before the call runs.
+    pub needs_approval: bool,
+}
+
 pub fn decide(
     tallies: Tallies<'_>,
     policy: &Policy,
@@ -47,7 +56,7 @@ pub fn decide(
     args: Args,
     request: &RequestView<'_>,
     tasks: Option<&TaskTokens>,
-) -> Result<Arguments, Reject> {
+) -> Result<Decided, Reject> {
     let permit = authorize(policy, &agent.id, &contract.tool)?;
     // Every request spends a cell, a duplicate's too (limits::rate).
     if let Tallies::Local(ledger) = tallies {
@@ -59,7 +68,8 @@ pub fn decide(
         )?;
     }
     let args = validate(contract, args)?;
-    if !permit.grant.rules.is_empty() {
+    let mut needs_approval = false;
+    if !permit.grant.rules.is_empty() || permit.grant.approval.is_some() {
         // Only what the rules read is converted; the task token is verified only then.
         let reads = permit.grant.reads;
         let bindings = Bindings {
@@ -81,9 +91,12 @@ pub fn decide(
                 Cow::Owned(json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}))
             }),
         };
-        rules::check(permit.grant, &bindings)?;
+        needs_approval = rules::check(permit.grant, &bindings)?;
     }
-    Ok(args)
+    Ok(Decided {
+        args,
+        needs_approval,
+    })
 }
 
 fn task_claims(headers: &HeaderMap, agent: &str, tasks: Option<&TaskTokens>) -> Option<Value> {
@@ -131,7 +144,7 @@ spec:
         - {name: others, expr: "agent.id == 'ops-bot' && session.id == 's1' && session.calls == 0 && request.method == 'POST' && request.headers['x-env'] == 'prod'"}
 "#;
 
-    fn mk_decide(headers: &HeaderMap, args: Value) -> Result<Arguments, Reject> {
+    fn mk_decide(headers: &HeaderMap, args: Value) -> Result<Decided, Reject> {
         let (snapshot, errors) = Snapshot::build(
             &parse_documents("t", POLICIES).0,
             &BuildOptions::default(),

@@ -30,6 +30,8 @@ pub struct Gate {
     /// `state.backend: redis`: limits, claims and MCP session owners shared by every
     /// replica. `None` keeps all of it in `ledger` and `mcp_sessions` (per pod).
     pub shared: Option<Arc<crate::state::Shared>>,
+    /// Calls held for a person's approval (`approval` on a grant).
+    pub approvals: Arc<crate::approvals::service::Approvals>,
     /// Which agent each MCP session was issued to.
     pub mcp_sessions: crate::proxy::mcp::session::Sessions,
     /// Which tool each call of a session called, for answers replayed on resumption.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! proposal (tool, arguments, agent, request) → policy lookup → authorize → rate limit
-//!   → validate → rules → shadow → action key → capture → audit gate → verdict
+//!   → validate → rules → shadow → action key → capture → audit gate → approval → verdict
 //! ```
 //!
 //! It returns values and writes nothing: the caller records the [`Verdict`] (or the
@@ -13,8 +13,9 @@
 use http::HeaderMap;
 use serde_json::Value;
 
+use crate::approvals::service::Approvals;
 use crate::identity::task::TaskTokens;
-use crate::limits::Ledger;
+use crate::limits::{Call, Ledger};
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
@@ -36,6 +37,9 @@ pub struct Governor<'a> {
     pub tasks: Option<&'a TaskTokens>,
     /// With `audit.onFailure: fail_closed`, whether the log currently refuses calls.
     pub audit_refuses: bool,
+    /// Where a grant's `approval` holds calls; `None` (offline tools): such a call is
+    /// refused, since no one can approve it.
+    pub approvals: Option<&'a Approvals>,
 }
 
 impl Gate {
@@ -46,6 +50,7 @@ impl Gate {
             shared: self.shared.as_deref(),
             tasks: self.identity.tasks.as_ref(),
             audit_refuses: self.audit.refuses_calls(),
+            approvals: Some(&self.approvals),
         }
     }
 }
@@ -60,6 +65,8 @@ pub struct Proposal<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub session: Option<&'a str>,
+    /// The call's trace id, for the records of its approval.
+    pub trace_id: &'a str,
 }
 
 /// A call the gate lets run.
@@ -77,6 +84,31 @@ pub struct Verdict<'s> {
     pub state_failed_open: bool,
     /// The action the contract's `dedupeKey` names, as a key.
     pub action: Option<String>,
+    /// The approval the call runs under (its grant's `approval`), now used.
+    pub approval: Option<crate::approvals::Approval>,
+}
+
+/// Whether this sidecar's duplicate table holds an identical call of `contract`.
+fn duplicate_of_a_run(
+    governor: &Governor<'_>,
+    request: &RequestView<'_>,
+    agent: &Agent,
+    contract: &Contract,
+    args: &Arguments,
+    action: &Option<String>,
+) -> bool {
+    let Ok(key) = crate::proxy::headers::idempotency_key(request.headers) else {
+        return false;
+    };
+    let call = Call::new(
+        &agent.id,
+        request.session,
+        &contract.tool,
+        args.args(),
+        key.as_deref(),
+    )
+    .as_action(action.as_deref());
+    governor.ledger.dedupe().holds(&call)
 }
 
 /// Decides a call; `Err` is the refusal to answer with, and nothing may be forwarded.
@@ -127,12 +159,12 @@ pub async fn govern<'s>(
         &view,
         governor.tasks,
     );
-    let (args, decision, shadowed) = match decided {
-        Ok(args) => (args, Decision::Allow, None),
+    let (args, decision, mut shadowed, needs_approval) = match decided {
+        Ok(decided) => (decided.args, Decision::Allow, None, decided.needs_approval),
         Err(reject) if policy.shadow => {
             tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, code = %reject.code, "shadow policy would deny; forwarding");
             let args = Arguments::unchecked(raw_args.unwrap_or_default());
-            (args, Decision::ShadowDeny, Some(reject))
+            (args, Decision::ShadowDeny, Some(reject), false)
         }
         Err(reject) => return Err(reject),
     };
@@ -158,6 +190,49 @@ pub async fn govern<'s>(
             "the audit log can't be written, so no call may run",
         ));
     }
+    // The second gate, last: only a call that passed everything else waits for a person.
+    let spec = policy
+        .grants
+        .get(contract.tool.as_str())
+        .and_then(|g| g.approval.as_ref())
+        .filter(|_| needs_approval)
+        // A duplicate of a non-idempotent call that ran (approved) or runs here joins it
+        // and replays its answer: it runs nothing, so it needs no approval of its own.
+        .filter(|_| {
+            contract.idempotent
+                || !duplicate_of_a_run(governor, &view, proposal.agent, contract, &args, &action)
+        });
+    let mut decision = decision;
+    let approval = match (spec, governor.approvals) {
+        (None, _) => None,
+        (Some(spec), _) if policy.shadow => {
+            tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, "shadow policy would hold the call for approval; forwarding");
+            decision = Decision::ShadowDeny;
+            shadowed = Some(Reject::new(
+                Code::ApprovalRequired,
+                format!("the call would need approval ({})", spec.condition()),
+            ));
+            None
+        }
+        (Some(spec), Some(approvals)) => Some(
+            approvals
+                .ask(
+                    spec,
+                    contract,
+                    &proposal.agent.id,
+                    proposal.session,
+                    args.value(),
+                    proposal.trace_id,
+                )
+                .await?,
+        ),
+        (Some(_), None) => {
+            return Err(Reject::new(
+                Code::ApprovalRequired,
+                "this call needs a person's approval, and no approvals are kept here",
+            ))
+        }
+    };
     Ok(Verdict {
         contract,
         policy,
@@ -167,5 +242,6 @@ pub async fn govern<'s>(
         captured,
         state_failed_open,
         action,
+        approval,
     })
 }

@@ -9,6 +9,7 @@
 use http::{HeaderValue, Response};
 use std::time::Instant;
 
+use crate::audit::record::ApprovalRef;
 use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
 use crate::policy::contract::Contract;
@@ -56,6 +57,8 @@ pub struct Outcome {
     tool_error: bool,
     /// The shared state couldn't be asked: the call's limits failed open.
     state_failed_open: bool,
+    /// The approval the call ran under.
+    approval: Option<ApprovalRef>,
 }
 
 /// `toolgate.state` and the audit record's `state` when limits failed open.
@@ -88,6 +91,7 @@ impl Outcome {
             status: None,
             tool_error: false,
             state_failed_open: false,
+            approval: None,
         }
     }
 
@@ -170,6 +174,17 @@ impl Outcome {
         }
         self.captured_args = verdict.captured.clone();
         self.state_failed_open |= verdict.state_failed_open;
+        if let Some(approval) = &verdict.approval {
+            self.span.event(
+                attributes::APPROVAL_USED,
+                vec![KeyValue::new(attributes::APPROVAL_ID, approval.id.clone())],
+            );
+            self.approval = Some(ApprovalRef {
+                id: approval.id.clone(),
+                approver: approval.decided_by.clone(),
+                reason: approval.reason.clone(),
+            });
+        }
     }
 
     /// A shadow policy's session limit would have refused the call; it runs anyway. The
@@ -220,6 +235,16 @@ impl Outcome {
     pub fn refused(&mut self, reject: &Reject) {
         self.code = Some(reject.code);
         self.rule = reject.rule.clone();
+        let approval_event = match reject.code {
+            Code::ApprovalRequired => Some(attributes::APPROVAL_REQUESTED),
+            Code::ApprovalDenied => Some(attributes::APPROVAL_DENIED),
+            _ => None,
+        };
+        let id = reject.details.iter().find_map(|d| d.approval_id.clone());
+        if let (Some(event), Some(id)) = (approval_event, id) {
+            self.span
+                .event(event, vec![KeyValue::new(attributes::APPROVAL_ID, id)]);
+        }
     }
 
     /// What is left of a call whose answer streams on after its record is written: the
@@ -249,6 +274,7 @@ impl Outcome {
         copy.policy_version = self.policy_version;
         copy.upstream_status = self.upstream_status;
         copy.state_failed_open = self.state_failed_open;
+        copy.approval = self.approval.clone();
         copy
     }
 
@@ -393,6 +419,7 @@ impl Outcome {
                 upstream_status: self.upstream_status,
                 latency_us: elapsed.as_micros() as u64,
                 state: self.state_failed_open.then_some(FAILED_OPEN),
+                approval: self.approval,
             })
             .await;
     }

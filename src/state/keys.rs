@@ -31,6 +31,10 @@ impl Keys {
         }
     }
 
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn agent(&self, agent: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + agent.len() + 16);
         key.push_str(&self.prefix);

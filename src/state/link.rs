@@ -41,10 +41,19 @@ pub enum Op {
     Follow,
     /// MCP session ownership.
     Owner,
+    /// Human approvals: requested, taken, decided, listed.
+    Approval,
 }
 
 impl Op {
-    pub const ALL: [Op; 5] = [Op::Admit, Op::Session, Op::Settle, Op::Follow, Op::Owner];
+    pub const ALL: [Op; 6] = [
+        Op::Admit,
+        Op::Session,
+        Op::Settle,
+        Op::Follow,
+        Op::Owner,
+        Op::Approval,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -53,6 +62,7 @@ impl Op {
             Op::Settle => "settle",
             Op::Follow => "follow",
             Op::Owner => "owner",
+            Op::Approval => "approval",
         }
     }
 }

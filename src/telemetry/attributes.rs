@@ -9,9 +9,10 @@ pub const RULE: &str = "toolgate.rule";
 pub const POLICY_VERSION: &str = "toolgate.policy.version";
 pub const UPSTREAM_STATUS: &str = "toolgate.upstream.status";
 pub const STATE: &str = "toolgate.state";
+pub const APPROVAL_ID: &str = "toolgate.approval.id";
 
 /// Every `toolgate.*` attribute.
-pub const ATTRIBUTES: [&str; 7] = [
+pub const ATTRIBUTES: [&str; 8] = [
     DECISION,
     AGENT_ID,
     CODE,
@@ -19,6 +20,7 @@ pub const ATTRIBUTES: [&str; 7] = [
     POLICY_VERSION,
     UPSTREAM_STATUS,
     STATE,
+    APPROVAL_ID,
 ];
 
 /// Span events marking the stages a call passed.
@@ -26,6 +28,18 @@ pub const CLASSIFIED: &str = "classified";
 pub const IDENTIFIED: &str = "identified";
 pub const ALLOWED: &str = "allowed";
 pub const REFUSED: &str = "refused";
+/// The call's approval: held (a new or still pending one), denied, or used by the call.
+pub const APPROVAL_REQUESTED: &str = "approval_requested";
+pub const APPROVAL_DENIED: &str = "approval_denied";
+pub const APPROVAL_USED: &str = "approval_used";
 
 /// Every span event.
-pub const EVENTS: [&str; 4] = [CLASSIFIED, IDENTIFIED, ALLOWED, REFUSED];
+pub const EVENTS: [&str; 7] = [
+    CLASSIFIED,
+    IDENTIFIED,
+    ALLOWED,
+    REFUSED,
+    APPROVAL_REQUESTED,
+    APPROVAL_DENIED,
+    APPROVAL_USED,
+];

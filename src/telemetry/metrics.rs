@@ -36,6 +36,12 @@ pub struct DurationLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApprovalLabels {
+    pub tool: String,
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabels {
     pub op: &'static str,
 }
@@ -83,6 +89,8 @@ pub struct Metrics {
     pub state_up: Gauge,
     pub state_errors: Family<StateLabels, Counter>,
     pub state_duration: Histograms<StateLabels>,
+    /// Approval transitions by tool and outcome (requested, approved, denied, expired, used).
+    pub approvals: Family<ApprovalLabels, Counter>,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
 }
@@ -108,6 +116,7 @@ impl Metrics {
         let spans_dropped = Counter::default();
         let runtime_alive_tasks = Gauge::default();
         let state_up = Gauge::default();
+        let approvals = Family::<ApprovalLabels, Counter>::default();
         let state_errors = Family::<StateLabels, Counter>::default();
         let state_duration: Histograms<StateLabels> =
             Family::new_with_constructor(latency_histogram);
@@ -172,6 +181,11 @@ impl Metrics {
             "Time of one shared-state round trip, by operation",
             state_duration.clone(),
         );
+        registry.register(
+            "toolgate_approvals",
+            "Human approvals by tool and outcome: requested, approved, denied, expired, used",
+            approvals.clone(),
+        );
         Metrics {
             registry,
             tools: RwLock::default(),
@@ -186,6 +200,7 @@ impl Metrics {
             state_up,
             state_errors,
             state_duration,
+            approvals,
             runtime_alive_tasks,
         }
     }

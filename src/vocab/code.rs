@@ -59,6 +59,7 @@ pub enum Code {
     BudgetExhausted,
     LoopDetected,
     ApprovalRequired,
+    ApprovalDenied,
     BackendTimeout,
     BackendUnavailable,
     BackendError,
@@ -77,7 +78,7 @@ impl Code {
         Code::ALL.into_iter().find(|code| code.as_str() == name)
     }
 
-    pub const ALL: [Code; 25] = [
+    pub const ALL: [Code; 26] = [
         Code::MalformedRequest,
         Code::PayloadTooLarge,
         Code::HeadersTooLarge,
@@ -93,6 +94,7 @@ impl Code {
         Code::BudgetExhausted,
         Code::LoopDetected,
         Code::ApprovalRequired,
+        Code::ApprovalDenied,
         Code::BackendTimeout,
         Code::BackendUnavailable,
         Code::BackendError,
@@ -123,6 +125,7 @@ impl Code {
             Code::BudgetExhausted => "BUDGET_EXHAUSTED",
             Code::LoopDetected => "LOOP_DETECTED",
             Code::ApprovalRequired => "APPROVAL_REQUIRED",
+            Code::ApprovalDenied => "APPROVAL_DENIED",
             Code::BackendTimeout => "BACKEND_TIMEOUT",
             Code::BackendUnavailable => "BACKEND_UNAVAILABLE",
             Code::BackendError => "BACKEND_ERROR",
@@ -151,6 +154,7 @@ impl Code {
             Code::RateLimited | Code::BudgetExhausted => 429,
             Code::LoopDetected | Code::DuplicateCall => 409,
             Code::ApprovalRequired => 202,
+            Code::ApprovalDenied => 403,
             Code::BackendTimeout => 504,
             Code::BackendUnavailable => 503,
             Code::BackendError => 502,
@@ -178,9 +182,10 @@ impl Code {
             | Code::PayloadTooLarge
             | Code::HeadersTooLarge
             | Code::InvalidArguments => Recovery::FixArguments,
-            Code::MissingArgument | Code::OutOfTaskScope | Code::BackendRejected => {
-                Recovery::AskUser
-            }
+            Code::MissingArgument
+            | Code::OutOfTaskScope
+            | Code::BackendRejected
+            | Code::ApprovalDenied => Recovery::AskUser,
             Code::RateLimited
             | Code::BackendUnavailable
             | Code::NotReady
@@ -219,7 +224,13 @@ impl Code {
             Code::LoopDetected => {
                 "the session already ran this identical call `maxRepeats` times in a row"
             }
-            Code::ApprovalRequired => "a person must approve the call first",
+            Code::ApprovalRequired => {
+                "the grant's `approval` holds the call until a person approves it; nothing was \
+                 forwarded; `details` carry the approval's id, status and expiry"
+            }
+            Code::ApprovalDenied => {
+                "a person denied this call's approval; the message carries their reason"
+            }
             Code::BackendTimeout => "the backend did not answer within the contract's `timeoutMs`",
             Code::BackendUnavailable => {
                 "the backend refused or dropped the connection, or answered 503"

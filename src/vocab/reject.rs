@@ -6,15 +6,42 @@ use serde_json::{json, Value};
 
 use super::code::{Code, Recovery};
 
-/// One entry of `details[]`: where in the arguments, and which schema keyword (or, for
-/// `DUPLICATE_CALL`, `dedupeKey` and the first call's trace id).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
-#[serde(rename_all = "camelCase")]
+/// One entry of `details[]`: where in the arguments, and which schema keyword; or, for
+/// `DUPLICATE_CALL`, `dedupeKey` and the first call's trace id; or, for the approval
+/// codes, the approval's id, status and expiry (with no pointer or keyword).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Detail {
     pub pointer: String,
     pub keyword: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    pub approval_id: Option<String>,
+    pub status: Option<String>,
+    pub expires_at: Option<String>,
+}
+
+impl Serialize for Detail {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        // A schema detail always names its keyword; a pointer of "" is the arguments'
+        // root and stays. An approval's detail has neither.
+        if !self.keyword.is_empty() {
+            map.serialize_entry("pointer", &self.pointer)?;
+            map.serialize_entry("keyword", &self.keyword)?;
+        }
+        let optional = [
+            ("traceId", &self.trace_id),
+            ("approvalId", &self.approval_id),
+            ("status", &self.status),
+            ("expiresAt", &self.expires_at),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// A refusal, as produced by a stage. Rendered by [`Reject::body`].

@@ -84,6 +84,7 @@ pub async fn decide<'s>(
         path: ex.parts.uri.path(),
         headers: &ex.parts.headers,
         session: ex.session,
+        trace_id: &ex.trace_id,
     };
     let verdict = govern(&ex.gate.governor(), snapshot, proposal)
         .await

@@ -64,6 +64,7 @@ pub async fn handle(
         parts.extensions.get::<PeerIdentity>(),
     )?;
     outcome.identified(&agent.id);
+    let trace_id = outcome.trace_id().to_string();
     let verdict = govern(
         &gate.governor(),
         &snapshot,
@@ -75,6 +76,7 @@ pub async fn handle(
             path: parts.uri.path(),
             headers: &parts.headers,
             session: session.as_deref(),
+            trace_id: &trace_id,
         },
     )
     .await?;

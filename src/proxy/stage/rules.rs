@@ -5,16 +5,26 @@ use crate::policy::agent_policy::Grant;
 use crate::policy::rule::{Bindings, Failure};
 use crate::vocab::{Code, Recovery, Reject};
 
-pub fn check(grant: &Grant, bindings: &Bindings) -> Result<(), Reject> {
-    // One scope for all the rules: the variables are bound once per call.
-    let failed = bindings.scope(|scope| {
-        grant
+/// Checks the rules; `Ok(true)` when the call also needs a person's approval (the
+/// grant's `approval.when` is true, fails to evaluate, or is absent).
+pub fn check(grant: &Grant, bindings: &Bindings) -> Result<bool, Reject> {
+    // One scope for all the rules and the approval's condition: the variables are bound
+    // once per call.
+    let (failed, approval) = bindings.scope(|scope| {
+        let failed = grant
             .rules
             .iter()
-            .find_map(|rule| rule.evaluate_in(scope).err().map(|f| (rule, f)))
+            .find_map(|rule| rule.evaluate_in(scope).err().map(|f| (rule, f)));
+        let approval = failed.is_none()
+            && grant.approval.as_ref().is_some_and(|a| match &a.when {
+                // Only a `false` spares the approval: an error asks for it.
+                Some(when) => !matches!(when.evaluate_in(scope), Err(Failure::False)),
+                None => true,
+            });
+        (failed, approval)
     });
     let Some((rule, failure)) = failed else {
-        return Ok(());
+        return Ok(approval);
     };
     let (code, default_message) = match (&failure, rule.reads_task) {
         (Failure::NoTask, _) => (
@@ -91,6 +101,7 @@ mod tests {
             rate_limit: None,
             rules,
             reads,
+            approval: None,
         }
     }
 

@@ -1,0 +1,212 @@
+//! The approval API on the admin listener. Every request carries an approver's
+//! credential (`Authorization: Bearer …`); none, or an agent's, is `401`.
+//!
+//! ```text
+//! GET  /approvals[?status=pending]     {"approvals": [APPROVAL, …]}  (those the approver may decide)
+//! GET  /approvals/{id}                 APPROVAL
+//! POST /approvals/{id}/approve         {"reason": "…"} (optional) → the updated APPROVAL
+//! POST /approvals/{id}/deny            {"reason": "…"} → the updated APPROVAL
+//! ```
+//!
+//! Errors use the error body of docs/errors.md: unknown id `404`, an approver outside
+//! the approval's groups `403`, an approval no longer pending `409`, a bad body `400`.
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use serde_json::{json, Value};
+
+use super::approvers::Approver;
+use super::service::Approvals;
+use super::{now_ms, DecideError, Decision, Status, MAX_REASON};
+use crate::proxy::body::{full, Body};
+use crate::vocab::{Code, Reject};
+
+/// The largest request body the API reads.
+const MAX_BODY: usize = 16 * 1024;
+
+pub async fn serve(approvals: &Approvals, request: Request<Incoming>) -> Response<Body> {
+    let trace_id = format!("{:032x}", rand::random::<u128>());
+    match route(approvals, request).await {
+        Ok(value) => json_response(StatusCode::OK, &value),
+        Err(reject) => {
+            let status = StatusCode::from_u16(reject.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            json_response(status, &reject.body(&trace_id))
+        }
+    }
+}
+
+async fn route(approvals: &Approvals, request: Request<Incoming>) -> Result<Value, Reject> {
+    let approver = authenticate(approvals, &request)?;
+    let path = request.uri().path().trim_end_matches('/').to_string();
+    let query = request.uri().query().unwrap_or("").to_string();
+    let parts: Vec<&str> = path.split('/').skip(2).collect();
+    match (request.method().clone(), parts.as_slice()) {
+        (Method::GET, []) => list(approvals, &approver, &query).await,
+        (Method::GET, [id]) => {
+            let approval = find(approvals, id).await?;
+            allowed(&approver, &approval)?;
+            Ok(approval.view(now_ms()))
+        }
+        (Method::POST, [id, verb @ ("approve" | "deny")]) => {
+            let approve = *verb == "approve";
+            let id = id.to_string();
+            let reason = read_reason(request).await?;
+            let approval = find(approvals, &id).await?;
+            allowed(&approver, &approval)?;
+            let decision = Decision {
+                approve,
+                by: approver.name.clone(),
+                reason,
+            };
+            match approvals.decide(&id, &decision).await {
+                Ok(decided) => Ok(decided.view(now_ms())),
+                Err(DecideError::NotFound) => Err(not_found(&id)),
+                Err(DecideError::NotPending(current)) => Err(Reject::new(
+                    Code::MalformedRequest,
+                    format!(
+                        "approval {id} is {}, not pending: it can't be decided again",
+                        current.status_at(now_ms()).as_str()
+                    ),
+                )
+                .with_status(409)),
+                Err(DecideError::Unavailable(e)) => Err(unavailable(&e)),
+            }
+        }
+        _ => Err(Reject::new(
+            Code::MalformedRequest,
+            "the approval API has GET /approvals, GET /approvals/{id}, POST /approvals/{id}/approve and POST /approvals/{id}/deny",
+        )
+        .with_status(404)),
+    }
+}
+
+fn authenticate(approvals: &Approvals, request: &Request<Incoming>) -> Result<Approver, Reject> {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    token
+        .and_then(|t| approvals.approvers.verify(t))
+        .ok_or_else(|| {
+            Reject::new(
+                Code::Unauthenticated,
+                "the approval API needs an approver's credential (approvals.approvers); an agent's is not one",
+            )
+        })
+}
+
+async fn list(approvals: &Approvals, approver: &Approver, query: &str) -> Result<Value, Reject> {
+    let wanted = match form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "status") {
+        Some((_, status)) => Some(Status::parse(&status).ok_or_else(|| {
+            Reject::new(
+                Code::MalformedRequest,
+                format!(
+                    "status must be pending, approved, denied, expired or used, not {status:?}"
+                ),
+            )
+        })?),
+        None => None,
+    };
+    let now = now_ms();
+    let all = approvals.store.list().await.map_err(|e| unavailable(&e))?;
+    let shown: Vec<Value> = all
+        .iter()
+        .filter(|a| a.decidable_by(&approver.groups))
+        .filter(|a| wanted.is_none_or(|w| a.status_at(now) == w))
+        .map(|a| a.view(now))
+        .collect();
+    Ok(json!({ "approvals": shown }))
+}
+
+async fn find(approvals: &Approvals, id: &str) -> Result<super::Approval, Reject> {
+    approvals
+        .store
+        .get(id)
+        .await
+        .map_err(|e| unavailable(&e))?
+        .ok_or_else(|| not_found(id))
+}
+
+fn allowed(approver: &Approver, approval: &super::Approval) -> Result<(), Reject> {
+    if approval.decidable_by(&approver.groups) {
+        return Ok(());
+    }
+    Err(Reject::new(
+        Code::ToolNotAllowed,
+        format!(
+            "approver {} is in none of the groups that decide this approval ({})",
+            approver.name,
+            approval.approvers.join(", ")
+        ),
+    ))
+}
+
+async fn read_reason(request: Request<Incoming>) -> Result<Option<String>, Reject> {
+    let body = Limited::new(request.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| {
+            Reject::new(
+                Code::PayloadTooLarge,
+                format!("the body is larger than {MAX_BODY} bytes"),
+            )
+        })?
+        .to_bytes();
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_slice(&body).map_err(|e| {
+        Reject::new(
+            Code::MalformedRequest,
+            format!("the body must be JSON like {{\"reason\": \"…\"}}: {e}"),
+        )
+    })?;
+    let reason = match value.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(reason)) => Some(reason.clone()),
+        Some(_) => {
+            return Err(Reject::new(
+                Code::MalformedRequest,
+                "reason must be a string",
+            ))
+        }
+    };
+    if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON) {
+        return Err(Reject::new(
+            Code::MalformedRequest,
+            format!("reason is longer than {MAX_REASON} bytes"),
+        ));
+    }
+    Ok(reason)
+}
+
+fn not_found(id: &str) -> Reject {
+    Reject::new(
+        Code::MalformedRequest,
+        format!("no approval {id} (unknown, or expired long ago)"),
+    )
+    .with_status(404)
+}
+
+fn unavailable(error: &str) -> Reject {
+    Reject::new(
+        Code::StateUnavailable,
+        format!("the approvals can't be read now: {error}"),
+    )
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from(
+        serde_json::to_vec_pretty(value).unwrap_or_default(),
+    )));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,182 @@
+//! Who may decide approvals: approvers are an identity class of their own, never an
+//! agent credential (`approvals.approvers`).
+//!
+//! - A token file maps each approver's name to the SHA-256 of their bearer token and
+//!   their groups: `alice: {sha256: <hex>, groups: [finance-leads]}`. Only digests are
+//!   stored; a presented token is hashed and compared in constant time.
+//! - JWT issuers name the approver by a claim (default `sub`) and their groups by
+//!   another (default `groups`, a list of strings or one string).
+//!
+//! An agent's token is not in the approvers' file, and an issuer may not be both an
+//! agent issuer and an approver issuer for the same audience (refused at start), so no
+//! agent credential is an approver's.
+
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::Path;
+use subtle::ConstantTimeEq;
+
+use crate::config::{ApproverJwt, Approvers as Settings};
+use crate::identity::jwks::{peek_issuer, Issuer};
+
+/// An authenticated approver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approver {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    sha256: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+struct JwtApprovers {
+    issuer: Issuer,
+    name_claim: String,
+    groups_claim: String,
+}
+
+#[derive(Default)]
+pub struct ApproverIdentity {
+    by_digest: HashMap<[u8; 32], Approver>,
+    jwt: Vec<JwtApprovers>,
+}
+
+impl ApproverIdentity {
+    pub fn load(settings: &Settings) -> Result<ApproverIdentity, String> {
+        let mut identity = ApproverIdentity::default();
+        if let Some(path) = &settings.tokens {
+            identity.by_digest = parse_tokens(path)?;
+        }
+        for ApproverJwt {
+            issuer,
+            audience,
+            jwks,
+            name_claim,
+            groups_claim,
+        } in &settings.jwt
+        {
+            identity.jwt.push(JwtApprovers {
+                issuer: Issuer::load(issuer, Some(audience), jwks)?,
+                name_claim: name_claim.clone(),
+                groups_claim: groups_claim.clone(),
+            });
+        }
+        Ok(identity)
+    }
+
+    /// Whether any approver can authenticate at all.
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty() && self.jwt.is_empty()
+    }
+
+    /// The approver a bearer token names; `None` for anything else (an agent's token).
+    pub fn verify(&self, token: &str) -> Option<Approver> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some((stored, approver)) = self.by_digest.get_key_value(&digest) {
+            if bool::from(stored.ct_eq(&digest)) {
+                return Some(approver.clone());
+            }
+        }
+        let iss = peek_issuer(token)?;
+        let jwt = self.jwt.iter().find(|j| j.issuer.issuer == iss)?;
+        let claims = jwt.issuer.verify(token).ok()?;
+        let name = claims
+            .get(&jwt.name_claim)
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())?
+            .to_string();
+        let groups = match claims.get(&jwt.groups_claim) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
+            Some(Value::String(group)) => vec![group.clone()],
+            _ => Vec::new(),
+        };
+        Some(Approver { name, groups })
+    }
+}
+
+fn parse_tokens(path: &Path) -> Result<HashMap<[u8; 32], Approver>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let entries: HashMap<String, Entry> = if text.trim().is_empty() {
+        HashMap::new()
+    } else {
+        serde_yaml::from_str(&text).map_err(|e| {
+            format!(
+                "{}: expected a map of approver name to {{sha256, groups}}: {e}",
+                path.display()
+            )
+        })?
+    };
+    let mut by_digest = HashMap::new();
+    for (name, entry) in entries {
+        let hex_digest = entry
+            .sha256
+            .strip_prefix("sha256:")
+            .unwrap_or(&entry.sha256);
+        let digest: [u8; 32] = hex::decode(hex_digest)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| format!("{}: {name}: not a hex SHA-256 digest", path.display()))?;
+        let approver = Approver {
+            name: name.clone(),
+            groups: entry.groups,
+        };
+        if by_digest.insert(digest, approver).is_some() {
+            return Err(format!(
+                "{}: {name}: the same token digest is listed twice",
+                path.display()
+            ));
+        }
+    }
+    Ok(by_digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::tokens::digest_hex;
+
+    #[test]
+    fn tokens_name_an_approver_and_their_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("approvers.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "alice: {{sha256: {}, groups: [finance-leads]}}\nbob: {{sha256: {}}}\n",
+                digest_hex("alice-token"),
+                digest_hex("bob-token")
+            ),
+        )
+        .unwrap();
+        let identity = ApproverIdentity::load(&Settings {
+            tokens: Some(path.clone()),
+            jwt: Vec::new(),
+        })
+        .unwrap();
+        let alice = identity.verify("alice-token").unwrap();
+        assert_eq!(alice.name, "alice");
+        assert_eq!(alice.groups, ["finance-leads"]);
+        assert_eq!(
+            identity.verify("bob-token").unwrap().groups,
+            Vec::<String>::new()
+        );
+        assert!(identity.verify("ops-token").is_none());
+        std::fs::write(&path, "alice: {sha256: nope}\n").unwrap();
+        assert!(ApproverIdentity::load(&Settings {
+            tokens: Some(path),
+            jwt: Vec::new(),
+        })
+        .is_err());
+    }
+}

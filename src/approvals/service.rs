@@ -1,0 +1,131 @@
+//! The approvals of one sidecar: the store, who may decide, and what every transition
+//! leaves behind — an audit record, a count in `toolgate_approvals_total`, and for a new
+//! pending approval a notification (`approvals.notifyUrl`), never waited on.
+
+use std::sync::Arc;
+
+use super::approvers::ApproverIdentity;
+use super::ask::{self, Transition};
+use super::memory::MemoryStore;
+use super::notify::Notifier;
+use super::store::Store;
+use super::{now_ms, Approval, DecideError, Decision};
+use crate::audit::record::{now, ApprovalEvent};
+use crate::audit::AuditLog;
+use crate::config::Approvals as Settings;
+use crate::policy::agent_policy::Approval as Spec;
+use crate::policy::contract::Contract;
+use crate::state::Shared;
+use crate::telemetry::metrics::{ApprovalLabels, Metrics};
+use crate::vocab::Reject;
+
+pub struct Approvals {
+    pub store: Store,
+    pub approvers: ApproverIdentity,
+    notifier: Option<Notifier>,
+    audit: AuditLog,
+    metrics: Arc<Metrics>,
+}
+
+impl Approvals {
+    pub fn new(
+        settings: &Settings,
+        shared: Option<Arc<Shared>>,
+        audit: AuditLog,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Approvals> {
+        let store = match shared {
+            Some(shared) => Store::Shared(shared),
+            None => Store::Memory(MemoryStore::new(
+                usize::try_from(settings.max_pending).unwrap_or(usize::MAX),
+            )),
+        };
+        let approvers = ApproverIdentity::load(&settings.approvers)
+            .map_err(|e| anyhow::anyhow!("approvals.approvers: {e}"))?;
+        let notifier = match &settings.notify_url {
+            Some(url) => Some(
+                Notifier::start(url).map_err(|e| anyhow::anyhow!("approvals.notifyUrl: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(Approvals {
+            store,
+            approvers,
+            notifier,
+            audit,
+            metrics,
+        })
+    }
+
+    /// The approval step of a call (see [`ask::ask`]), with its transitions recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn ask(
+        &self,
+        spec: &Spec,
+        contract: &Contract,
+        agent: &str,
+        session: Option<&str>,
+        args: &serde_json::Value,
+        trace_id: &str,
+    ) -> Result<Approval, Reject> {
+        let mut transitions = Vec::new();
+        let asked = ask::ask(
+            &self.store,
+            spec,
+            contract,
+            agent,
+            session,
+            args,
+            &mut transitions,
+        )
+        .await;
+        for transition in transitions {
+            match transition {
+                Transition::Requested(approval) => {
+                    if let Some(notifier) = &self.notifier {
+                        notifier.pending(approval.view(now_ms()));
+                    }
+                    self.note("requested", &approval, Some(trace_id)).await;
+                }
+                Transition::Used(approval) => self.note("used", &approval, Some(trace_id)).await,
+            }
+        }
+        asked
+    }
+
+    /// An approver's decision on a pending approval, recorded.
+    pub async fn decide(&self, id: &str, decision: &Decision) -> Result<Approval, DecideError> {
+        let decided = self.store.decide(id, decision).await?;
+        let event = if decision.approve {
+            "approved"
+        } else {
+            "denied"
+        };
+        self.note(event, &decided, None).await;
+        Ok(decided)
+    }
+
+    async fn note(&self, event: &'static str, approval: &Approval, trace_id: Option<&str>) {
+        self.metrics
+            .approvals
+            .get_or_create(&ApprovalLabels {
+                tool: approval.tool.clone(),
+                outcome: event,
+            })
+            .inc();
+        let decided = matches!(event, "approved" | "denied");
+        self.audit
+            .record_approval(ApprovalEvent {
+                ts: now(),
+                event,
+                approval_id: approval.id.clone(),
+                tool: approval.tool.clone(),
+                agent: approval.agent.clone(),
+                session: approval.session.clone(),
+                approver: approval.decided_by.clone().filter(|_| decided),
+                reason: approval.reason.clone().filter(|_| decided),
+                trace_id: trace_id.map(str::to_string),
+            })
+            .await;
+    }
+}

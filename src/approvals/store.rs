@@ -1,0 +1,70 @@
+//! Where approvals are kept: the sidecar's memory or the shared state, behind one
+//! interface, so the gate and the API don't care which.
+
+use std::sync::Arc;
+
+use super::memory::MemoryStore;
+use super::{now_ms, Approval, DecideError, Decision};
+use crate::state::Shared;
+use crate::vocab::{Code, Reject};
+
+/// The most approvals a listing returns.
+pub const LIST_LIMIT: usize = 1000;
+
+pub enum Store {
+    Memory(MemoryStore),
+    Shared(Arc<Shared>),
+}
+
+impl Store {
+    /// The live approval of `fresh`'s binding, or `fresh`, now stored. `Err` when it
+    /// can't be kept: the call is refused (nothing runs unapproved).
+    pub async fn request(&self, fresh: Approval) -> Result<Approval, Reject> {
+        match self {
+            Store::Memory(store) => store.request(fresh, now_ms()).map_err(|_| {
+                Reject::new(
+                    Code::StateUnavailable,
+                    "too many approvals are open (approvals.maxPending); retry once some are decided",
+                )
+            }),
+            Store::Shared(shared) => shared
+                .request_approval(&fresh)
+                .await
+                .map_err(|e| crate::state::unavailable(&e)),
+        }
+    }
+
+    /// Marks an approved approval used, so it runs its call once; `false` if it is not
+    /// approved (any more).
+    pub async fn take(&self, id: &str) -> Result<bool, Reject> {
+        match self {
+            Store::Memory(store) => Ok(store.take(id, now_ms())),
+            Store::Shared(shared) => shared
+                .take_approval(id)
+                .await
+                .map_err(|e| crate::state::unavailable(&e)),
+        }
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<Approval>, String> {
+        match self {
+            Store::Memory(store) => Ok(store.get(id)),
+            Store::Shared(shared) => shared.get_approval(id).await.map_err(|e| e.0),
+        }
+    }
+
+    /// Approvals, newest first.
+    pub async fn list(&self) -> Result<Vec<Approval>, String> {
+        match self {
+            Store::Memory(store) => Ok(store.list(LIST_LIMIT)),
+            Store::Shared(shared) => shared.list_approvals(LIST_LIMIT).await.map_err(|e| e.0),
+        }
+    }
+
+    pub async fn decide(&self, id: &str, decision: &Decision) -> Result<Approval, DecideError> {
+        match self {
+            Store::Memory(store) => store.decide(id, decision, now_ms()),
+            Store::Shared(shared) => shared.decide_approval(id, decision).await,
+        }
+    }
+}

@@ -1,0 +1,592 @@
+//! Human approval through a real sidecar (docs/approvals.md): a grant's `approval` holds a
+//! call (202, nothing forwarded) until an approver decides it on the admin API; the
+//! approved call then runs once. Denials, expiry, approver identity and groups, the
+//! approval bound to its call, notifications, MCP, and approvals shared through Redis.
+
+mod common;
+#[path = "common/mcp.rs"]
+mod peers;
+
+use common::redis::{self, Server};
+use common::*;
+use http::Request;
+use http_body_util::Full;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolgate::config::StateBackend;
+use toolgate::identity::tokens::digest_hex;
+
+const ALICE: &str = "alice-approver-token";
+const MALLORY: &str = "mallory-approver-token";
+
+/// A refund held for approval above 100, decided by finance-leads, for ops-bot and
+/// stranger; `ttl` in seconds.
+fn policies(ttl: u64) -> String {
+    let grant = |agent: &str| {
+        format!(
+            "apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {{name: {agent}}}
+spec:
+  agents: [{agent}]
+  tools:
+    - name: refund
+      approval: {{when: 'args.amount > 100', approvers: [finance-leads], ttlSeconds: {ttl}}}
+"
+        )
+    };
+    format!(
+        "apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {{name: refund}}
+spec:
+  tool: refund
+  http: {{method: POST, path: /refunds}}
+  idempotent: false
+  redact: [/card]
+  input:
+    type: object
+    required: [order_id, amount]
+    properties:
+      order_id: {{type: string}}
+      amount: {{type: integer}}
+      card: {{type: string}}
+---
+{}---
+{}",
+        grant("ops-bot"),
+        grant("stranger")
+    )
+}
+
+async fn mk_backend() -> (Backend, Arc<AtomicUsize>) {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = ran.clone();
+    let backend = Backend::start(Arc::new(move |_: &Seen| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        (
+            201,
+            vec![("content-type", "application/json".to_string())],
+            format!(r#"{{"refund":"R-{n}"}}"#),
+            Duration::ZERO,
+        )
+    }))
+    .await;
+    (backend, ran)
+}
+
+/// A sidecar with alice (finance-leads) and mallory (support) as approvers.
+async fn sidecar(
+    backend: &Backend,
+    ttl: u64,
+    tweak: impl FnOnce(&mut toolgate::config::Settings) + 'static,
+) -> Harness {
+    sidecar_for(backend.addr, policies(ttl), tweak).await
+}
+
+async fn sidecar_for(
+    upstream: std::net::SocketAddr,
+    policies: String,
+    tweak: impl FnOnce(&mut toolgate::config::Settings) + 'static,
+) -> Harness {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let approvers = dir.join("approvers.yaml");
+    std::fs::write(
+        &approvers,
+        format!(
+            "alice: {{sha256: {}, groups: [finance-leads]}}\nmallory: {{sha256: {}, groups: [support]}}\n",
+            digest_hex(ALICE),
+            digest_hex(MALLORY)
+        ),
+    )
+    .unwrap();
+    Harness::start(
+        upstream,
+        Options {
+            policies,
+            tweak: Box::new(move |s| {
+                s.approvals.approvers.tokens = Some(approvers);
+                tweak(s);
+            }),
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+async fn refund(h: &Harness, token: &str, session: &str, body: &str) -> Reply {
+    h.call(
+        "POST",
+        "/refunds",
+        Some(token),
+        &[("x-toolgate-session", session)],
+        body,
+    )
+    .await
+}
+
+/// One request to the approval API.
+async fn api(h: &Harness, method: &str, path: &str, token: Option<&str>, body: &str) -> Reply {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("{}{path}", h.admin()));
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = h
+        .client
+        .request(request.body(Full::new(body.to_string().into())).unwrap())
+        .await
+        .unwrap();
+    Reply::read(response).await
+}
+
+fn approval_id(r: &Reply) -> String {
+    r.assert_refused("APPROVAL_REQUIRED", 202);
+    let detail = &r.json["error"]["details"][0];
+    assert_eq!(detail["status"], "pending", "{}", r.text);
+    assert!(detail["expiresAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(r.json["error"]["retryable"], true);
+    assert_eq!(r.json["error"]["recovery"], "await_approval");
+    detail["approvalId"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_held_call_runs_once_after_approval_and_the_audit_log_names_the_approver() {
+    let (backend, ran) = mk_backend().await;
+    let h = sidecar(&backend, 900, |_| {}).await;
+    let body = r#"{"order_id":"A-1","amount":500,"card":"4111-1111"}"#;
+    let r = refund(&h, OPS_TOKEN, "s1", body).await;
+    let id = approval_id(&r);
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing is forwarded");
+    // Repeats while pending: the same approval.
+    assert_eq!(approval_id(&refund(&h, OPS_TOKEN, "s1", body).await), id);
+    // A small refund needs none.
+    let small = refund(&h, OPS_TOKEN, "s1", r#"{"order_id":"A-2","amount":5}"#).await;
+    assert_eq!(small.status, 201, "{}", small.text);
+
+    // The approver sees it, redacted, with the condition that asked for it.
+    let listed = api(&h, "GET", "/approvals?status=pending", Some(ALICE), "").await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    let item = &listed.json["approvals"][0];
+    assert_eq!(item["id"], id.as_str());
+    assert_eq!(item["condition"], "args.amount > 100");
+    assert_eq!(item["agent"], "ops-bot");
+    assert_eq!(item["session"], "s1");
+    assert_eq!(item["arguments"]["amount"], 500);
+    assert_ne!(item["arguments"]["card"], "4111-1111", "{}", listed.text);
+    let shown = api(&h, "GET", &format!("/approvals/{id}"), Some(ALICE), "").await;
+    assert_eq!(shown.json["status"], "pending");
+
+    let approved = api(
+        &h,
+        "POST",
+        &format!("/approvals/{id}/approve"),
+        Some(ALICE),
+        r#"{"reason":"checked with the customer"}"#,
+    )
+    .await;
+    assert_eq!(approved.status, 200, "{}", approved.text);
+    assert_eq!(approved.json["status"], "approved");
+    assert_eq!(approved.json["decidedBy"], "alice");
+
+    let r = refund(&h, OPS_TOKEN, "s1", body).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    // Not a free pass: the next identical call is replayed, never run again.
+    let again = refund(&h, OPS_TOKEN, "s1", body).await;
+    assert_eq!(
+        again.header("x-toolgate-replayed"),
+        "true",
+        "{}",
+        again.text
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    let shown = api(&h, "GET", &format!("/approvals/{id}"), Some(ALICE), "").await;
+    assert_eq!(shown.json["status"], "used");
+
+    audit_names_the_approver(h).await;
+}
+
+/// Stops the sidecar and checks its audit log: every transition of the approval, and the
+/// call record naming it.
+async fn audit_names_the_approver(h: Harness) {
+    {
+        let dir = h.stop_keeping_files().await;
+        let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let events: Vec<&str> = lines
+            .iter()
+            .filter(|l| l["kind"] == "approval")
+            .map(|l| l["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(events, ["requested", "approved", "used"], "{text}");
+        let approved_call = lines
+            .iter()
+            .find(|l| {
+                l["kind"] == "call" && l["upstreamStatus"] == 201 && l["approval"].is_object()
+            })
+            .expect("the executed call names its approval");
+        assert_eq!(approved_call["approval"]["approver"], "alice");
+        assert_eq!(
+            approved_call["approval"]["reason"],
+            "checked with the customer"
+        );
+        assert_eq!(audit_verify(&text).records as usize, lines.len());
+    }
+}
+
+#[tokio::test]
+async fn denied_expired_and_other_calls_never_run_unapproved() {
+    let (backend, ran) = mk_backend().await;
+    let h = sidecar(&backend, 2, |_| {}).await;
+    let body = r#"{"order_id":"B-1","amount":300}"#;
+    let id = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+
+    // Another agent, another session, other arguments: other approvals.
+    let other_agent = approval_id(&refund(&h, STRANGER_TOKEN, "s1", body).await);
+    let other_session = approval_id(&refund(&h, OPS_TOKEN, "s2", body).await);
+    let other_args =
+        approval_id(&refund(&h, OPS_TOKEN, "s1", r#"{"order_id":"B-1","amount":301}"#).await);
+    let ids = [&id, &other_agent, &other_session, &other_args];
+    for (i, a) in ids.iter().enumerate() {
+        assert!(ids[i + 1..].iter().all(|b| a != b), "{ids:?}");
+    }
+
+    // Deny: the call gets the approver's reason, and keeps getting it.
+    let denied = api(
+        &h,
+        "POST",
+        &format!("/approvals/{id}/deny"),
+        Some(ALICE),
+        r#"{"reason":"duplicate of ticket 88"}"#,
+    )
+    .await;
+    assert_eq!(denied.json["status"], "denied", "{}", denied.text);
+    for _ in 0..2 {
+        let r = refund(&h, OPS_TOKEN, "s1", body).await;
+        r.assert_refused("APPROVAL_DENIED", 403);
+        assert_eq!(r.json["error"]["retryable"], false);
+        assert_eq!(r.json["error"]["recovery"], "ask_user");
+        assert!(r.text.contains("duplicate of ticket 88"), "{}", r.text);
+    }
+    // Approving another's approval does not let this call run.
+    api(
+        &h,
+        "POST",
+        &format!("/approvals/{other_agent}/approve"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    refund(&h, OPS_TOKEN, "s1", body)
+        .await
+        .assert_refused("APPROVAL_DENIED", 403);
+
+    // Expiry (ttl 2 s): an approved call not run in time needs a new approval.
+    api(
+        &h,
+        "POST",
+        &format!("/approvals/{other_session}/approve"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let fresh = approval_id(&refund(&h, OPS_TOKEN, "s2", body).await);
+    assert_ne!(fresh, other_session);
+    let shown = api(
+        &h,
+        "GET",
+        &format!("/approvals/{other_session}"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    assert_eq!(shown.json["status"], "expired");
+    // A denial expires too: the same call asks anew.
+    let after_denial = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+    assert_ne!(after_denial, id);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn the_approval_api_refuses_what_it_must() {
+    let (backend, ran) = mk_backend().await;
+    let h = sidecar(&backend, 900, |_| {}).await;
+    let body = r#"{"order_id":"C-1","amount":999}"#;
+    let id = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+    let approve = format!("/approvals/{id}/approve");
+
+    // No credential, an agent's, a wrong one: 401.
+    for token in [None, Some(OPS_TOKEN), Some("nope")] {
+        let r = api(&h, "POST", &approve, token, "").await;
+        assert_eq!((r.status, r.code()), (401, "UNAUTHENTICATED"), "{}", r.text);
+        assert!(r.json["error"]["traceId"].is_string());
+    }
+    // An approver outside the grant's groups: 403, and they don't see it listed.
+    let r = api(&h, "POST", &approve, Some(MALLORY), "").await;
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert_eq!(
+        api(&h, "GET", &format!("/approvals/{id}"), Some(MALLORY), "")
+            .await
+            .status,
+        403
+    );
+    let listed = api(&h, "GET", "/approvals", Some(MALLORY), "").await;
+    assert_eq!(listed.json["approvals"], json!([]));
+    // Unknown id 404; a bad body or a huge reason 400; a bad status filter 400.
+    assert_eq!(
+        api(&h, "POST", "/approvals/apr-nope/approve", Some(ALICE), "")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        api(&h, "POST", &approve, Some(ALICE), "{not json")
+            .await
+            .status,
+        400
+    );
+    let huge = json!({"reason": "x".repeat(5000)}).to_string();
+    assert_eq!(
+        api(&h, "POST", &approve, Some(ALICE), &huge).await.status,
+        400
+    );
+    let too_big = json!({"reason": "x".repeat(40_000)}).to_string();
+    assert_eq!(
+        api(&h, "POST", &approve, Some(ALICE), &too_big)
+            .await
+            .status,
+        413
+    );
+    assert_eq!(
+        api(&h, "GET", "/approvals?status=maybe", Some(ALICE), "")
+            .await
+            .status,
+        400
+    );
+    // Still pending after all that; decided once, not twice.
+    assert_eq!(api(&h, "POST", &approve, Some(ALICE), "").await.status, 200);
+    let again = api(
+        &h,
+        "POST",
+        &format!("/approvals/{id}/deny"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.text);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+/// Records what a notification receiver got.
+async fn receiver(status: u16, delay: Duration) -> (Backend, Arc<Mutex<Vec<Value>>>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let seen = got.clone();
+    let backend = Backend::start(Arc::new(move |s: &Seen| {
+        seen.lock()
+            .unwrap()
+            .push(serde_json::from_slice(&s.body).unwrap_or(Value::Null));
+        (status, vec![], String::new(), delay)
+    }))
+    .await;
+    (backend, got)
+}
+
+#[tokio::test]
+async fn each_new_pending_approval_is_notified_and_a_dead_receiver_blocks_nothing() {
+    let (backend, _) = mk_backend().await;
+    let (hook, got) = receiver(200, Duration::ZERO).await;
+    let url = format!("http://{}/hooks/approvals", hook.addr);
+    let h = sidecar(&backend, 900, move |s| s.approvals.notify_url = Some(url)).await;
+    let body = r#"{"order_id":"D-1","amount":500,"card":"4111"}"#;
+    let id = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+    approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+    for _ in 0..100 {
+        if !got.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got.len(), 1, "one notification per new approval: {got:?}");
+    assert_eq!(got[0]["approval"]["id"], id.as_str());
+    assert_eq!(got[0]["approval"]["status"], "pending");
+    assert_ne!(got[0]["approval"]["arguments"]["card"], "4111");
+
+    // A receiver that hangs, and one that refuses: the call is answered at once.
+    let (hang, _) = receiver(200, Duration::from_secs(60)).await;
+    for url in [
+        format!("http://{}/", hang.addr),
+        format!("http://{}/", closed_port().await),
+    ] {
+        let h = sidecar(&backend, 900, move |s| s.approvals.notify_url = Some(url)).await;
+        let started = std::time::Instant::now();
+        approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_redis_any_pod_decides_and_any_pod_runs_it_once() {
+    if !redis::available() {
+        return;
+    }
+    let server = Server::start(&[]).await;
+    let (backend, ran) = mk_backend().await;
+    let mut pods = Vec::new();
+    for _ in 0..2 {
+        let url = server.url();
+        pods.push(
+            sidecar(&backend, 900, move |s| {
+                s.state.backend = StateBackend::Redis;
+                s.state.redis.url = url;
+                s.state.redis.timeout_ms = 500;
+            })
+            .await,
+        );
+    }
+    let body = r#"{"order_id":"E-1","amount":700}"#;
+    let id = approval_id(&refund(&pods[0], OPS_TOKEN, "s1", body).await);
+    assert_eq!(
+        approval_id(&refund(&pods[1], OPS_TOKEN, "s1", body).await),
+        id
+    );
+    let listed = api(
+        &pods[1],
+        "GET",
+        "/approvals?status=pending",
+        Some(ALICE),
+        "",
+    )
+    .await;
+    assert_eq!(
+        listed.json["approvals"][0]["id"],
+        id.as_str(),
+        "{}",
+        listed.text
+    );
+    let r = api(
+        &pods[1],
+        "POST",
+        &format!("/approvals/{id}/approve"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    // Both pods race to run it: one does, once.
+    let (a, b) = tokio::join!(
+        refund(&pods[0], OPS_TOKEN, "s1", body),
+        refund(&pods[1], OPS_TOKEN, "s1", body)
+    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "{} / {}", a.text, b.text);
+    assert!(
+        a.status == 201 || b.status == 201,
+        "{} / {}",
+        a.text,
+        b.text
+    );
+    let shown = api(
+        &pods[0],
+        "GET",
+        &format!("/approvals/{id}"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    assert_eq!(shown.json["status"], "used");
+    assert_eq!(
+        api(
+            &pods[0],
+            "POST",
+            &format!("/approvals/{id}/deny"),
+            Some(ALICE),
+            ""
+        )
+        .await
+        .status,
+        409
+    );
+}
+
+/// Over MCP, with the official Python SDK as client and server: the hold is a tool
+/// result with `isError: true` and the error body, the approved call runs once.
+#[tokio::test]
+async fn an_mcp_client_sees_the_hold_as_a_tool_error_and_the_approved_call_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let peer = peers::Peer::python_server(&[], dir.path());
+    let policies = "apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: create-issue}
+spec:
+  tool: create_issue
+  input:
+    type: object
+    required: [project_key, title]
+    properties:
+      project_key: {type: string}
+      title: {type: string}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools:
+    - name: create_issue
+      approval: {when: \"args.project_key == 'OPS'\", approvers: [finance-leads]}
+";
+    let h = sidecar_for(peer.addr, policies.to_string(), |_| {}).await;
+    let url = format!("{}/mcp", h.base);
+    // The modern handshake has no MCP session: every run is the same caller.
+    let call = || {
+        peers::client(
+            &url,
+            Some(OPS_TOKEN),
+            "modern",
+            &[
+                "call",
+                "create_issue",
+                r#"{"project_key":"OPS","title":"refund R-9"}"#,
+            ],
+        )
+    };
+    let held = call().await;
+    assert_eq!(held["isError"], true, "{held}");
+    let error = &held["structuredContent"]["error"];
+    assert_eq!(error["code"], "APPROVAL_REQUIRED", "{held}");
+    assert_eq!(error["recovery"], "await_approval");
+    let id = error["details"][0]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(peer.counts()["create_issue"].as_u64().unwrap_or(0), 0);
+
+    let r = api(
+        &h,
+        "POST",
+        &format!("/approvals/{id}/approve"),
+        Some(ALICE),
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ran = call().await;
+    assert_eq!(ran["isError"], false, "{ran}");
+    assert_eq!(peer.counts()["create_issue"], 1);
+    // The next identical call does not run it again.
+    let again = call().await;
+    assert_eq!(peer.counts()["create_issue"], 1, "{again}");
+}
