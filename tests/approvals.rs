@@ -313,6 +313,17 @@ async fn denied_expired_and_other_calls_never_run_unapproved() {
     let after_denial = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
     assert_ne!(after_denial, id);
     assert_eq!(ran.load(Ordering::SeqCst), 0);
+    // The approved one that ran out of time left an `expired` record; the denial, whose
+    // answer was final, did not.
+    let dir = h.stop_keeping_files().await;
+    let audit = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
+    let expired: Vec<Value> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["kind"] == "approval" && l["event"] == "expired")
+        .collect();
+    assert_eq!(expired.len(), 1, "{audit}");
+    assert_eq!(expired[0]["approvalId"], other_session.as_str());
 }
 
 #[tokio::test]

@@ -21,6 +21,8 @@ pub enum Transition {
     Requested(Approval),
     /// An approved approval was taken by this call, which now runs.
     Used(Approval),
+    /// A pending or approved approval of this call ran out of time; a new one replaces it.
+    Expired(Approval),
 }
 
 /// The call's approval: `Ok` with the approval it runs under, or the refusal to answer
@@ -52,34 +54,47 @@ pub async fn ask(
         reason: None,
         binding: binding(agent, session, &contract.tool, args),
     };
-    let fresh_id = fresh.id.clone();
-    let current = store.request(fresh).await?;
-    match current.status_at(now_ms()) {
-        Status::Approved => {
-            if store.take(&current.id).await? {
-                let mut used = current.clone();
-                used.status = Status::Used;
-                transitions.push(Transition::Used(used.clone()));
-                return Ok(used);
-            }
-            // Taken by an identical call a moment ago, or just expired: this one is a
-            // new request for approval, not a free pass.
-            Err(required(
-                &current,
-                "its approval was just used or expired; ask again",
-            ))
+    // Asked at most twice: a second time only when an identical call took the approved
+    // approval a moment before this one, which then needs a new approval of its own.
+    let mut fresh = fresh;
+    for _ in 0..2 {
+        let fresh_id = fresh.id.clone();
+        let again = Approval {
+            id: new_id(),
+            ..fresh.clone()
+        };
+        let requested = store.request(fresh).await?;
+        if let Some(mut expired) = requested.expired {
+            expired.status = Status::Expired;
+            transitions.push(Transition::Expired(expired));
         }
-        Status::Denied => Err(denied(&current)),
-        _ => {
-            if current.id == fresh_id {
-                transitions.push(Transition::Requested(current.clone()));
+        let current = requested.current;
+        match current.status_at(now_ms()) {
+            Status::Approved => {
+                if store.take(&current.id).await? {
+                    let mut used = current.clone();
+                    used.status = Status::Used;
+                    transitions.push(Transition::Used(used.clone()));
+                    return Ok(used);
+                }
+                fresh = again;
             }
-            Err(required(
-                &current,
-                "repeat the same call once it is approved",
-            ))
+            Status::Denied => return Err(denied(&current)),
+            _ => {
+                if current.id == fresh_id {
+                    transitions.push(Transition::Requested(current.clone()));
+                }
+                return Err(required(
+                    &current,
+                    "repeat the same call once it is approved",
+                ));
+            }
         }
     }
+    Err(Reject::new(
+        Code::ApprovalRequired,
+        "this call's approval was used by an identical call a moment ago; repeat it to ask for a new approval",
+    ))
 }
 
 fn required(approval: &Approval, next: &str) -> Reject {

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{Approval, DecideError, Decision, Status};
+use super::{Approval, DecideError, Decision, Requested, Status};
 
 /// How long an approval is kept past its expiry, for listings and late lookups.
 pub const KEEP_AFTER_MS: u64 = 3600 * 1000;
@@ -42,20 +42,26 @@ impl MemoryStore {
     }
 
     /// The live approval of `fresh`'s binding (pending, approved or denied, not expired),
-    /// or `fresh` itself, now stored.
-    pub fn request(&self, fresh: Approval, now_ms: u64) -> Result<Approval, Full> {
+    /// or `fresh` itself, now stored, with the approval it replaces if that one expired
+    /// unused.
+    pub fn request(&self, fresh: Approval, now_ms: u64) -> Result<Requested, Full> {
         let mut inner = self.lock();
+        let mut expired = None;
         if let Some(current) = inner
             .by_binding
             .get(&fresh.binding)
             .and_then(|id| inner.by_id.get(id))
         {
-            let live = matches!(
-                current.status_at(now_ms),
-                Status::Pending | Status::Approved | Status::Denied
-            );
+            let status = current.status_at(now_ms);
+            let live = matches!(status, Status::Pending | Status::Approved | Status::Denied);
             if live && now_ms < current.expires_ms {
-                return Ok(current.clone());
+                return Ok(Requested {
+                    current: current.clone(),
+                    expired: None,
+                });
+            }
+            if status == Status::Expired {
+                expired = Some(current.clone());
             }
         }
         if inner.by_id.len() >= self.capacity {
@@ -70,7 +76,10 @@ impl MemoryStore {
             .by_binding
             .insert(fresh.binding.clone(), fresh.id.clone());
         inner.by_id.insert(fresh.id.clone(), fresh.clone());
-        Ok(fresh)
+        Ok(Requested {
+            current: fresh,
+            expired,
+        })
     }
 
     /// Marks an approved, unexpired approval used; `false` if it is not (any more).
@@ -163,10 +172,15 @@ mod tests {
     #[test]
     fn a_binding_has_one_live_approval() {
         let store = MemoryStore::new(10);
-        assert_eq!(store.request(mk("b", "1", 100), 0).unwrap().id, "1");
-        assert_eq!(store.request(mk("b", "2", 100), 50).unwrap().id, "1");
-        // Expired: a new one.
-        assert_eq!(store.request(mk("b", "3", 300), 100).unwrap().id, "3");
+        assert_eq!(store.request(mk("b", "1", 100), 0).unwrap().current.id, "1");
+        assert_eq!(
+            store.request(mk("b", "2", 100), 50).unwrap().current.id,
+            "1"
+        );
+        // Expired: a new one, naming the one it replaces.
+        let requested = store.request(mk("b", "3", 300), 100).unwrap();
+        assert_eq!(requested.current.id, "3");
+        assert_eq!(requested.expired.unwrap().id, "1");
         assert_eq!(store.get("1").unwrap().status_at(100), Status::Expired);
     }
 
@@ -184,7 +198,12 @@ mod tests {
         assert!(store.take("1", 2));
         assert!(!store.take("1", 3), "used once");
         // Used: the next identical call asks anew.
-        assert_eq!(store.request(mk("b", "2", 200), 4).unwrap().id, "2");
+        let requested = store.request(mk("b", "2", 200), 4).unwrap();
+        assert_eq!(requested.current.id, "2");
+        assert!(
+            requested.expired.is_none(),
+            "a used approval did not expire"
+        );
         assert!(matches!(
             store.decide("x", &decision(true), 1),
             Err(DecideError::NotFound)
@@ -197,7 +216,7 @@ mod tests {
         store.request(mk("b", "1", 100), 0).unwrap();
         store.decide("1", &decision(false), 1).unwrap();
         let again = store.request(mk("b", "2", 200), 2).unwrap();
-        assert_eq!(again.status, Status::Denied);
+        assert_eq!(again.current.status, Status::Denied);
         store.request(mk("c", "3", 100), 0).unwrap();
         store.decide("3", &decision(true), 1).unwrap();
         assert!(!store.take("3", 100), "an expired approval runs nothing");

@@ -148,6 +148,15 @@ pub fn rfc3339(ms: u64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
+/// What asking the store for a call's approval found.
+#[derive(Debug, Clone)]
+pub struct Requested {
+    /// The binding's live approval, or the new one.
+    pub current: Approval,
+    /// The approval the new one replaces, when that one expired pending or approved.
+    pub expired: Option<Approval>,
+}
+
 /// Why a decision was not taken.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DecideError {

@@ -88,6 +88,7 @@ impl Approvals {
                     self.note("requested", &approval, Some(trace_id)).await;
                 }
                 Transition::Used(approval) => self.note("used", &approval, Some(trace_id)).await,
+                Transition::Expired(approval) => self.note("expired", &approval, None).await,
             }
         }
         asked

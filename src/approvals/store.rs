@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::memory::MemoryStore;
-use super::{now_ms, Approval, DecideError, Decision};
+use super::{now_ms, Approval, DecideError, Decision, Requested};
 use crate::state::Shared;
 use crate::vocab::{Code, Reject};
 
@@ -19,7 +19,7 @@ pub enum Store {
 impl Store {
     /// The live approval of `fresh`'s binding, or `fresh`, now stored. `Err` when it
     /// can't be kept: the call is refused (nothing runs unapproved).
-    pub async fn request(&self, fresh: Approval) -> Result<Approval, Reject> {
+    pub async fn request(&self, fresh: Approval) -> Result<Requested, Reject> {
         match self {
             Store::Memory(store) => store.request(fresh, now_ms()).map_err(|_| {
                 Reject::new(

@@ -70,7 +70,13 @@ const KEYS: &[(&str, Kind)] = &[
 ];
 
 /// Variables that start with `TOOLGATE_` but are not settings keys.
-const NOT_KEYS: &[&str] = &["TOOLGATE_LOG", "TOOLGATE_CONFIG"];
+const NOT_KEYS: &[&str] = &[
+    "TOOLGATE_LOG",
+    "TOOLGATE_CONFIG",
+    // Read by `toolgate approvals`, never by the sidecar.
+    "TOOLGATE_ADMIN_URL",
+    "TOOLGATE_APPROVER_TOKEN_FILE",
+];
 
 /// The variable name of a settings path.
 pub fn var_name(path: &str) -> String {

@@ -20,7 +20,7 @@ use std::sync::LazyLock;
 use super::link::{Op, Unavailable};
 use super::Shared;
 use crate::approvals::memory::KEEP_AFTER_MS;
-use crate::approvals::{Approval, DecideError, Decision, Status};
+use crate::approvals::{Approval, DecideError, Decision, Requested, Status};
 
 const TAG: &str = "{approvals}";
 
@@ -30,17 +30,25 @@ static REQUEST: LazyLock<Script> = LazyLock::new(|| {
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = redis.call('GET', KEYS[1])
+local expired = {}
 if id then
   local h = redis.call('HMGET', ARGV[5] .. id, 'json', 'status', 'decidedBy', 'reason', 'expiresMs')
   local live = h[2] == 'pending' or h[2] == 'approved' or h[2] == 'denied'
-  if h[1] and live and tonumber(h[5]) and now < tonumber(h[5]) then return h end
+  local before = tonumber(h[5]) and now < tonumber(h[5])
+  if h[1] and live and before then return h end
+  -- Pending or approved and out of time: the new approval replaces an expired one.
+  if h[1] and (h[2] == 'pending' or h[2] == 'approved') then expired = h end
 end
 redis.call('HSET', KEYS[2], 'json', ARGV[2], 'status', 'pending', 'expiresMs', ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]))
-return {ARGV[2], 'pending', false, false, ARGV[3]}",
+local out = {ARGV[2], 'pending', '', '', ARGV[3]}
+if expired[1] then
+  for i = 1, 5 do out[5 + i] = expired[i] or '' end
+end
+return out",
     )
 });
 
@@ -93,8 +101,9 @@ impl Shared {
         format!("{}{TAG}:{part}", self.keys().prefix())
     }
 
-    /// The live approval of `fresh`'s binding, or `fresh` itself, now stored.
-    pub async fn request_approval(&self, fresh: &Approval) -> Result<Approval, Unavailable> {
+    /// The live approval of `fresh`'s binding, or `fresh` itself, now stored (with the
+    /// expired one it replaces).
+    pub async fn request_approval(&self, fresh: &Approval) -> Result<Requested, Unavailable> {
         let json = serde_json::to_string(fresh).map_err(|e| Unavailable(e.to_string()))?;
         let keep = fresh
             .expires_ms
@@ -118,7 +127,10 @@ impl Shared {
             })
             .await?;
         let fields = strings(reply);
-        read(&fields).ok_or_else(|| Unavailable("an approval in Redis can't be read".into()))
+        let current = read(&fields)
+            .ok_or_else(|| Unavailable("an approval in Redis can't be read".into()))?;
+        let expired = fields.get(5..).and_then(read);
+        Ok(Requested { current, expired })
     }
 
     /// Marks an approved, unexpired approval used; `false` if it is not (any more).
