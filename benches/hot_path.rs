@@ -61,6 +61,7 @@ fn stages(c: &mut Criterion) {
         path: "/search",
         headers: &headers,
         session: None,
+        tasks: identity.tasks.as_ref(),
     };
 
     // The minimal profile's contract: its schema accepts any object, so the body is only
@@ -119,7 +120,7 @@ fn stages(c: &mut Criterion) {
                     contract,
                     args,
                     &view,
-                    identity.tasks.as_ref(),
+                    None,
                 )
                 .unwrap()
             },
@@ -168,6 +169,8 @@ fn stages(c: &mut Criterion) {
         latency_us: 412,
         state: None,
         approval: None,
+        inputs: None,
+        replayed: false,
     };
     c.bench_function("audit/args_digest_1k", |b| {
         b.iter(|| args_digest(black_box(args.value())))
@@ -200,7 +203,7 @@ fn stages(c: &mut Criterion) {
                 contract,
                 call.args,
                 &view,
-                identity.tasks.as_ref(),
+                None,
             )
             .unwrap();
             args

@@ -81,6 +81,7 @@ fn per_call(c: &mut Criterion) {
                         path,
                         headers: &headers,
                         session: None,
+                        tasks: None,
                     };
                     let contract = snapshot.contract(call.tool);
                     decide(

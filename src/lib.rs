@@ -22,6 +22,7 @@ pub mod limits;
 pub mod policy;
 pub mod proxy;
 pub mod reference;
+pub mod replay;
 pub mod sidecar;
 pub mod state;
 pub mod telemetry;

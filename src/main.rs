@@ -59,6 +59,28 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Re-decide an audit log's calls against candidate policies (exit 0: changes within
+    /// --max-changed; 1: more; 2: bad input).
+    Replay {
+        /// Audit log files, replayed in order.
+        #[arg(long = "audit", required = true, num_args = 1..)]
+        audit: Vec<PathBuf>,
+        /// The candidate manifests: files or folders.
+        #[arg(long = "policies", required = true, num_args = 1..)]
+        policies: Vec<PathBuf>,
+        /// `table` (default) or `json`.
+        #[arg(long, default_value = "table")]
+        format: String,
+        /// How many changed decisions are acceptable.
+        #[arg(long, default_value_t = 0)]
+        max_changed: u64,
+        /// Replay a log whose chain is broken instead of refusing it.
+        #[arg(long)]
+        allow_broken: bool,
+        /// The audit.keyFile a keyed log was written with.
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+    },
     /// Audit log tools.
     Audit {
         #[command(subcommand)]
@@ -105,6 +127,21 @@ fn main() -> ExitCode {
                     expect_seq,
                 },
         } => verify(&file, key_file.as_deref(), expect_seq),
+        Command::Replay {
+            audit,
+            policies,
+            format,
+            max_changed,
+            allow_broken,
+            key_file,
+        } => replay(
+            &audit,
+            &policies,
+            &format,
+            max_changed,
+            allow_broken,
+            key_file.as_deref(),
+        ),
         Command::Approvals { command } => runtime()
             .map(|rt| rt.block_on(toolgate::approvals::cli::run(command, std::env::vars()))),
     };
@@ -115,6 +152,38 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn replay(
+    audit: &[PathBuf],
+    policies: &[PathBuf],
+    format: &str,
+    max_changed: u64,
+    allow_broken: bool,
+    key_file: Option<&Path>,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        matches!(format, "table" | "json"),
+        "--format is table or json, not {format}"
+    );
+    let key = key_file.map(toolgate::audit::AuditKey::load).transpose()?;
+    let request = toolgate::replay::Request {
+        audit,
+        policies,
+        key: key.as_ref(),
+        allow_broken,
+    };
+    let report = toolgate::replay::run(&request)?;
+    if format == "json" {
+        println!("{}", report.json());
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(if report.changed > max_changed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

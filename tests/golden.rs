@@ -297,10 +297,12 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         trace_id: "0af7651916cd43dd8448eb211c80319c",
     };
     // With the in-memory state nothing in the core waits: run it in place.
-    let verdict = match futures_executor::block_on(govern(&governor, snapshot, proposal)) {
-        Ok(verdict) => verdict,
-        Err(reject) => return deny(&reject),
-    };
+    let mut captured = Default::default();
+    let verdict =
+        match futures_executor::block_on(govern(&governor, snapshot, proposal, &mut captured)) {
+            Ok(verdict) => verdict,
+            Err(reject) => return deny(&reject),
+        };
     let forwards = compact(verdict.args.value());
     let line = match &verdict.shadowed {
         None => {

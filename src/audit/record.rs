@@ -39,6 +39,13 @@ pub struct Entry {
     /// The approval this call ran under.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalRef>,
+    /// The answer was a duplicate's copy of an earlier call's (`X-Toolgate-Replayed`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// With `captureArguments`: the variables besides `args` its rules read, versioned
+    /// (`{"v": 1, "agent"?, "task"?, "session"?, "request"?}`), for `toolgate replay`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Value>,
 }
 
 /// A call's approval as its record names it.
@@ -166,6 +173,10 @@ struct Call<'a> {
     state: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     approval: &'a Option<ApprovalRef>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    replayed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inputs: &'a Option<Value>,
 }
 
 impl<'a> Call<'a> {
@@ -185,6 +196,8 @@ impl<'a> Call<'a> {
             latency_us: entry.latency_us,
             state: entry.state,
             approval: &entry.approval,
+            replayed: entry.replayed,
+            inputs: &entry.inputs,
         }
     }
 }

@@ -26,6 +26,8 @@ fn mk_entry(n: u64) -> Entry {
         latency_us: 42,
         state: None,
         approval: None,
+        inputs: None,
+        replayed: false,
     }
 }
 

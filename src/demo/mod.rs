@@ -423,11 +423,51 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
         "verify it yourself: toolgate audit verify {}",
         audit.display()
     )?;
+    replay_tightened(out, &home, &audit)?;
     Ok(Report {
         rows,
         audit,
         audit_records,
     })
+}
+
+/// Replays the tour's own audit log against a tightened copy of the example policies:
+/// create_issue's rule also refuses project OPS, and export_report is no longer granted.
+fn replay_tightened(
+    out: &mut impl Write,
+    home: &std::path::Path,
+    audit: &std::path::Path,
+) -> anyhow::Result<()> {
+    let candidate = home.join("candidate");
+    std::fs::create_dir_all(&candidate)?;
+    std::fs::write(candidate.join("contracts.yaml"), CONTRACTS)?;
+    let tightened = AGENTS
+        .replace(
+            "expr: \"args.project_key != 'SEC'\"",
+            "expr: \"args.project_key != 'SEC' && args.project_key != 'OPS'\"",
+        )
+        .replace("    - name: export_report\n", "");
+    anyhow::ensure!(
+        tightened != AGENTS,
+        "the example policies changed; the demo's candidate no longer tightens them"
+    );
+    std::fs::write(candidate.join("agents.yaml"), tightened)?;
+    let report = crate::replay::run(&crate::replay::Request {
+        audit: &[audit.to_path_buf()],
+        policies: std::slice::from_ref(&candidate),
+        key: None,
+        allow_broken: false,
+    })?;
+    writeln!(
+        out,
+        "\nreplay: the same calls against a tightened policy (create_issue also refuses OPS; export_report no longer granted):\n  toolgate replay --audit {} --policies {}",
+        audit.display(),
+        candidate.display()
+    )?;
+    for line in report.table().lines() {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(())
 }
 
 /// What the demo orchestrator signs once the user confirms "the last 30 minutes of the

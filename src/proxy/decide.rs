@@ -27,6 +27,8 @@ pub struct RequestView<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub session: Option<&'a str>,
+    /// Verifies the task token (`X-Toolgate-Task`) a rule reading `task` needs.
+    pub tasks: Option<&'a TaskTokens>,
 }
 
 /// Where the limits decide reads live.
@@ -55,7 +57,7 @@ pub fn decide(
     contract: &Contract,
     args: Args,
     request: &RequestView<'_>,
-    tasks: Option<&TaskTokens>,
+    record: Option<&mut Option<Value>>,
 ) -> Result<Decided, Reject> {
     let permit = authorize(policy, &agent.id, &contract.tool)?;
     // Every request spends a cell, a duplicate's too (limits::rate).
@@ -68,35 +70,124 @@ pub fn decide(
         )?;
     }
     let args = validate(contract, args)?;
-    let mut needs_approval = false;
-    if !permit.grant.rules.is_empty() || permit.grant.approval.is_some() {
-        // Only what the rules read is converted; the task token is verified only then.
-        let reads = permit.grant.reads;
-        let bindings = Bindings {
-            args: reads.args.then(|| Cow::Borrowed(args.value())),
-            agent: reads.agent.then(|| Cow::Owned(agent.cel_value())),
-            task: reads
-                .task
-                .then(|| task_claims(request.headers, &agent.id, tasks))
-                .flatten()
-                .map(Cow::Owned),
-            session: reads.session.then(|| {
-                let calls = match tallies {
-                    Tallies::Local(ledger) => ledger.session_calls(&agent.id, request.session),
-                    Tallies::Shared { session_calls } => session_calls,
-                };
-                Cow::Owned(json!({"id": request.session, "calls": calls}))
-            }),
-            request: reads.request.then(|| {
-                Cow::Owned(json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)}))
-            }),
-        };
-        needs_approval = rules::check(permit.grant, &bindings)?;
+    let needs_approval = judge(permit.grant, &args, record, |reads| {
+        Inputs {
+        agent: reads.agent.then(|| agent.cel_value()),
+        task: reads
+            .task
+            .then(|| task_claims(request.headers, &agent.id, request.tasks))
+            .flatten(),
+        session: reads.session.then(|| {
+            let calls = match tallies {
+                Tallies::Local(ledger) => ledger.session_calls(&agent.id, request.session),
+                Tallies::Shared { session_calls } => session_calls,
+            };
+            json!({"id": request.session, "calls": calls})
+        }),
+        request: reads.request.then(|| {
+            json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)})
+        }),
     }
+    })?;
     Ok(Decided {
         args,
         needs_approval,
     })
+}
+
+/// The variables besides `args` that a grant's rules read, as JSON: what `decide` binds
+/// for a live call, and what the audit log keeps (`inputs`) for `toolgate replay`.
+#[derive(Debug, Default, Clone)]
+pub struct Inputs {
+    pub agent: Option<Value>,
+    pub task: Option<Value>,
+    pub session: Option<Value>,
+    pub request: Option<Value>,
+}
+
+/// The version of the audit record's `inputs` object.
+pub const INPUTS_VERSION: u64 = 1;
+
+impl Inputs {
+    /// As the audit record keeps it.
+    pub fn to_json(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("v".into(), json!(INPUTS_VERSION));
+        for (name, value) in [
+            ("agent", &self.agent),
+            ("task", &self.task),
+            ("session", &self.session),
+            ("request", &self.request),
+        ] {
+            if let Some(value) = value {
+                map.insert(name.into(), value.clone());
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// From an audit record's `inputs`; `None` for another version.
+    pub fn from_json(value: &Value) -> Option<Inputs> {
+        if value.get("v").and_then(Value::as_u64) != Some(INPUTS_VERSION) {
+            return None;
+        }
+        let get = |name: &str| value.get(name).filter(|v| !v.is_null()).cloned();
+        Some(Inputs {
+            agent: get("agent"),
+            task: get("task"),
+            session: get("session"),
+            request: get("request"),
+        })
+    }
+}
+
+/// The decision on recorded inputs (`toolgate replay`): authorize → validate → rules and
+/// the approval's `when`, the same stages as [`decide`]; rate limits are not replayed.
+pub fn redecide(
+    policy: &Policy,
+    agent: &str,
+    contract: &Contract,
+    args: Args,
+    inputs: &Inputs,
+) -> Result<Decided, Reject> {
+    let permit = authorize(policy, agent, &contract.tool)?;
+    let args = validate(contract, args)?;
+    let needs_approval = judge(permit.grant, &args, None, |_| inputs.clone())?;
+    Ok(Decided {
+        args,
+        needs_approval,
+    })
+}
+
+/// The grant's rules and approval condition over `args` and the other variables `inputs`
+/// gives for what they read; `record` receives those variables first, so a refused
+/// call's audit record keeps them too.
+fn judge(
+    grant: &crate::policy::agent_policy::Grant,
+    args: &Arguments,
+    record: Option<&mut Option<Value>>,
+    inputs: impl FnOnce(&crate::policy::rule::Reads) -> Inputs,
+) -> Result<bool, Reject> {
+    if grant.rules.is_empty() && grant.approval.is_none() {
+        if let Some(record) = record {
+            *record = Some(Inputs::default().to_json());
+        }
+        return Ok(false);
+    }
+    // Only what the rules read is converted; the task token is verified only then.
+    let reads = grant.reads;
+    let inputs = inputs(&reads);
+    if let Some(record) = record {
+        *record = Some(inputs.to_json());
+    }
+    let bindings = Bindings {
+        args: reads.args.then(|| Cow::Borrowed(args.value())),
+        agent: inputs.agent.map(Cow::Owned),
+        task: inputs.task.map(Cow::Owned),
+        session: inputs.session.map(Cow::Owned),
+        request: inputs.request.map(Cow::Owned),
+    };
+    rules::check(grant, &bindings)
 }
 
 fn task_claims(headers: &HeaderMap, agent: &str, tasks: Option<&TaskTokens>) -> Option<Value> {
@@ -164,6 +255,7 @@ spec:
             path: "/t",
             headers,
             session: Some("s1"),
+            tasks: None,
         };
         let policy = snapshot.policy_for("ops-bot").unwrap();
         let contract = snapshot.contract(snapshot.tool("t").unwrap());

@@ -69,6 +69,14 @@ pub struct Proposal<'a> {
     pub trace_id: &'a str,
 }
 
+/// What the audit record keeps of a call whose contract sets `captureArguments`, allowed
+/// or refused: its arguments (redacted) and the other variables its rules read.
+#[derive(Debug, Default)]
+pub struct Captured {
+    pub args: Option<Value>,
+    pub inputs: Option<Value>,
+}
+
 /// A call the gate lets run.
 pub struct Verdict<'s> {
     pub contract: &'s Contract,
@@ -86,6 +94,12 @@ pub struct Verdict<'s> {
     pub action: Option<String>,
     /// The approval the call runs under (its grant's `approval`), now used.
     pub approval: Option<crate::approvals::Approval>,
+}
+
+fn redacted(contract: &Contract, args: &Value) -> Value {
+    let mut args = args.clone();
+    contract.redact.iter().for_each(|r| r.apply(&mut args));
+    args
 }
 
 /// Whether this sidecar's duplicate table holds an identical call of `contract`.
@@ -112,13 +126,19 @@ fn duplicate_of_a_run(
 }
 
 /// Decides a call; `Err` is the refusal to answer with, and nothing may be forwarded.
-/// The one await is the shared state's `session.calls`, read only when rules read it.
+/// Awaits the shared state's `session.calls` (only when rules read it) and the approval
+/// store (only for a grant with `approval`). With `captureArguments`, `captured` receives
+/// what the audit record keeps, whatever the verdict.
 pub async fn govern<'s>(
     governor: &Governor<'_>,
     snapshot: &'s Snapshot,
     proposal: Proposal<'_>,
+    captured: &mut Captured,
 ) -> Result<Verdict<'s>, Reject> {
     let contract = snapshot.contract(proposal.tool);
+    if contract.capture_arguments {
+        captured.args = Some(redacted(contract, proposal.args.value()));
+    }
     // A disabled or ungoverned agent is refused even in shadow mode.
     let policy = authorize::policy(snapshot, &proposal.agent.id)?;
     let view = RequestView {
@@ -126,6 +146,7 @@ pub async fn govern<'s>(
         path: proposal.path,
         headers: proposal.headers,
         session: proposal.session,
+        tasks: governor.tasks,
     };
     // Kept only where a shadow policy may forward the call unvalidated.
     let raw_args = policy.shadow.then(|| proposal.args.clone());
@@ -157,7 +178,7 @@ pub async fn govern<'s>(
         contract,
         proposal.args,
         &view,
-        governor.tasks,
+        contract.capture_arguments.then_some(&mut captured.inputs),
     );
     let (args, decision, mut shadowed, needs_approval) = match decided {
         Ok(decided) => (decided.args, Decision::Allow, None, decided.needs_approval),
@@ -179,11 +200,12 @@ pub async fn govern<'s>(
         },
         None => None,
     };
-    let captured = contract.capture_arguments.then(|| {
-        let mut captured = args.value().clone();
-        contract.redact.iter().for_each(|r| r.apply(&mut captured));
-        captured
-    });
+    let captured_args = contract
+        .capture_arguments
+        .then(|| redacted(contract, args.value()));
+    if captured_args.is_some() {
+        captured.args.clone_from(&captured_args);
+    }
     if governor.audit_refuses {
         return Err(Reject::new(
             Code::AuditUnavailable,
@@ -239,7 +261,7 @@ pub async fn govern<'s>(
         args,
         decision,
         shadowed,
-        captured,
+        captured: captured_args,
         state_failed_open,
         action,
         approval,

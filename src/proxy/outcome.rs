@@ -59,6 +59,8 @@ pub struct Outcome {
     state_failed_open: bool,
     /// The approval the call ran under.
     approval: Option<ApprovalRef>,
+    /// With `captureArguments`: what the call's rules read besides `args`.
+    inputs: Option<serde_json::Value>,
 }
 
 /// `toolgate.state` and the audit record's `state` when limits failed open.
@@ -92,6 +94,7 @@ impl Outcome {
             tool_error: false,
             state_failed_open: false,
             approval: None,
+            inputs: None,
         }
     }
 
@@ -172,7 +175,9 @@ impl Outcome {
         } else {
             self.span.event(attributes::ALLOWED, vec![]);
         }
-        self.captured_args = verdict.captured.clone();
+        if verdict.captured.is_some() {
+            self.captured_args = verdict.captured.clone();
+        }
         self.state_failed_open |= verdict.state_failed_open;
         if let Some(approval) = &verdict.approval {
             self.span.event(
@@ -185,6 +190,15 @@ impl Outcome {
                 reason: approval.reason.clone(),
             });
         }
+    }
+
+    /// What the audit record keeps of a capturing contract's call (arguments and the
+    /// inputs its rules read), allowed or refused.
+    pub fn captured(&mut self, captured: crate::proxy::govern::Captured) {
+        if captured.args.is_some() {
+            self.captured_args = captured.args;
+        }
+        self.inputs = captured.inputs;
     }
 
     /// A shadow policy's session limit would have refused the call; it runs anyway. The
@@ -275,6 +289,7 @@ impl Outcome {
         copy.upstream_status = self.upstream_status;
         copy.state_failed_open = self.state_failed_open;
         copy.approval = self.approval.clone();
+        copy.inputs = self.inputs.clone();
         copy
     }
 
@@ -420,6 +435,8 @@ impl Outcome {
                 latency_us: elapsed.as_micros() as u64,
                 state: self.state_failed_open.then_some(FAILED_OPEN),
                 approval: self.approval,
+                replayed: self.replayed,
+                inputs: self.inputs,
             })
             .await;
     }

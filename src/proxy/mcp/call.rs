@@ -23,7 +23,7 @@ use crate::policy::contract::Contract;
 use crate::policy::schema::empty_args;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::gate::Gate;
-use crate::proxy::govern::{govern, Proposal};
+use crate::proxy::govern::{govern, Captured, Proposal};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::proxy::upstream::{self, failure_reject};
@@ -86,9 +86,10 @@ pub async fn decide<'s>(
         session: ex.session,
         trace_id: &ex.trace_id,
     };
-    let verdict = govern(&ex.gate.governor(), snapshot, proposal)
-        .await
-        .map_err(Refusal::of_call)?;
+    let mut captured = Captured::default();
+    let verdict = govern(&ex.gate.governor(), snapshot, proposal, &mut captured).await;
+    outcome.captured(captured);
+    let verdict = verdict.map_err(Refusal::of_call)?;
     outcome.governed(&verdict);
     let args = verdict.args;
     // The backend runs what was checked: filled defaults travel with the call.

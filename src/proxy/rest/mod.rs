@@ -23,7 +23,7 @@ use crate::proxy::body::{read_body, Body};
 use crate::proxy::exchange::{send_buffered, MAX_BUFFERED_BYTES};
 use crate::proxy::forward::{forward, Plan, Sent, Stopped};
 use crate::proxy::gate::Gate;
-use crate::proxy::govern::{govern, Proposal};
+use crate::proxy::govern::{govern, Captured, Proposal};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::identify::identify;
 use crate::tls::PeerIdentity;
@@ -65,6 +65,7 @@ pub async fn handle(
     )?;
     outcome.identified(&agent.id);
     let trace_id = outcome.trace_id().to_string();
+    let mut captured = Captured::default();
     let verdict = govern(
         &gate.governor(),
         &snapshot,
@@ -78,8 +79,11 @@ pub async fn handle(
             session: session.as_deref(),
             trace_id: &trace_id,
         },
+        &mut captured,
     )
-    .await?;
+    .await;
+    outcome.captured(captured);
+    let verdict = verdict?;
     outcome.governed(&verdict);
     let contract = verdict.contract;
     let limited = Call::new(

@@ -1,0 +1,292 @@
+//! `toolgate replay`: re-decides the calls an audit log recorded against candidate
+//! policies, offline and deterministically (docs/replay.md).
+//!
+//! ```text
+//! audit file ─ line by line: chain verified ─ call record ─ before (what the gate decided)
+//!                                                        └ after: the candidate snapshot
+//!                                                          decides it with the sidecar's code
+//!                                                          (authorize → validate → rules,
+//!                                                          approval `when`) on the recorded
+//!                                                          arguments and inputs
+//! ```
+//!
+//! Files are streamed, so memory doesn't grow with their length: what is kept is the
+//! totals, the changes grouped (with a few example trace ids each), and at most
+//! [`MAX_LISTED`] changes for `--format json`. Rate limits, budgets, loops and duplicate
+//! suppression depend on timing and state and are not replayed (such records are
+//! skipped and counted). A record without captured arguments (`captureArguments` off) is
+//! re-decided on what needs none — the tool, the grant, the kill switch — and counted
+//! `partial`, as is one whose candidate rules read a variable the record doesn't hold.
+
+pub mod recorded;
+pub mod report;
+
+use std::io::{BufRead, Read};
+use std::path::{Path, PathBuf};
+
+use crate::audit::key::AuditKey;
+use crate::audit::verify::{Verifier, MAX_LINE};
+use crate::policy::{BuildOptions, Snapshot};
+use crate::proxy::decide::{redecide, Inputs};
+use crate::proxy::stage::authorize;
+use crate::proxy::stage::validate::validate;
+use crate::vocab::{Args, Code};
+use recorded::{Outcome, Recorded, Skip};
+use report::Report;
+
+/// At most this many changes are listed one by one (all are counted and grouped).
+pub const MAX_LISTED: usize = 10_000;
+
+/// What a replay is asked to do.
+pub struct Request<'a> {
+    pub audit: &'a [PathBuf],
+    pub policies: &'a [PathBuf],
+    pub key: Option<&'a AuditKey>,
+    /// Replay a file whose chain is broken (its intact part and the rest alike).
+    pub allow_broken: bool,
+}
+
+/// Bad input: a file that can't be read, a broken chain, policies that don't compile.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Failed(pub String);
+
+/// The candidate policies, compiled as a sidecar would compile them. A shadow policy is
+/// replayed as if it enforced: the question is what it would refuse.
+pub fn candidate(paths: &[PathBuf]) -> Result<Snapshot, Failed> {
+    let scan = crate::control::files::scan(paths);
+    let (objects, mut errors) = crate::control::files::parse(&scan);
+    let options = BuildOptions {
+        allow_shadow: true,
+        pod_labels: None,
+    };
+    let (snapshot, build_errors) = Snapshot::build(&objects, &options, 0);
+    errors.extend(build_errors);
+    if let Some(first) = errors.first() {
+        return Err(Failed(format!(
+            "the candidate policies don't compile ({} errors), first: {first}",
+            errors.len()
+        )));
+    }
+    if scan.files.is_empty() {
+        return Err(Failed("no policy files found".into()));
+    }
+    Ok(snapshot)
+}
+
+pub fn run(request: &Request<'_>) -> Result<Report, Failed> {
+    let snapshot = candidate(request.policies)?;
+    let mut report = Report::default();
+    for path in request.audit {
+        replay_file(path, &snapshot, request, &mut report)?;
+    }
+    Ok(report)
+}
+
+fn replay_file(
+    path: &Path,
+    snapshot: &Snapshot,
+    request: &Request<'_>,
+    report: &mut Report,
+) -> Result<(), Failed> {
+    let file = std::fs::File::open(path).map_err(|e| Failed(format!("{}: {e}", path.display())))?;
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut verifier = Verifier::new(request.key);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // Bounded like `audit verify`: one endless line can't grow memory.
+        let read = (&mut reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Failed(format!("{}: {e}", path.display())))?;
+        if read == 0 {
+            break;
+        }
+        let complete = line.last() == Some(&b'\n');
+        if !complete && line.len() > MAX_LINE {
+            return Err(Failed(format!(
+                "{}: a line longer than {MAX_LINE} bytes is not an audit record",
+                path.display()
+            )));
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        if let Err(broken) = verifier.line(text, complete) {
+            if !request.allow_broken {
+                return Err(Failed(format!(
+                    "{}: the chain is broken at line {} ({}): refusing to replay it (--allow-broken replays it anyway)",
+                    path.display(),
+                    broken.line,
+                    broken.reason
+                )));
+            }
+        }
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<Recorded>(text) {
+            Ok(recorded) => replay_one(&recorded, snapshot, report),
+            Err(_) => report.skip(Skip::NotACall),
+        }
+    }
+    Ok(())
+}
+
+/// Re-decides one recorded call and counts it.
+pub fn replay_one(recorded: &Recorded, snapshot: &Snapshot, report: &mut Report) {
+    let before = match recorded.outcome() {
+        Ok(before) => before,
+        Err(skip) => return report.skip(skip),
+    };
+    let (after, partial) = decide(recorded, &before, snapshot);
+    report.count(recorded, before, after, partial);
+}
+
+/// What the candidate decides, and whether it could only decide part of it.
+fn decide(recorded: &Recorded, before: &Outcome, snapshot: &Snapshot) -> (Outcome, bool) {
+    let (Some(agent), Some(tool)) = (recorded.agent.as_deref(), recorded.tool.as_deref()) else {
+        return (before.clone(), true);
+    };
+    let Some(tool_id) = snapshot.tool(tool) else {
+        return (Outcome::deny(Code::UnknownTool, None), false);
+    };
+    let policy = match authorize::policy(snapshot, agent) {
+        Ok(policy) => policy,
+        Err(reject) => return (Outcome::deny(reject.code, reject.rule), false),
+    };
+    let contract = snapshot.contract(tool_id);
+    let grant = match authorize::authorize(policy, agent, tool) {
+        Ok(permit) => permit.grant,
+        Err(reject) => return (Outcome::deny(reject.code, reject.rule), false),
+    };
+    let Some(args) = recorded.args.as_ref() else {
+        // Only what needs no arguments was decided: the rest stands as it was.
+        return (before.clone(), true);
+    };
+    let Some(inputs) = recorded.inputs.as_ref().and_then(Inputs::from_json) else {
+        // Refused before its rules ran (its inputs never read), or of another version:
+        // the arguments still decide validation; the rules, if reached, can't be judged.
+        return match validate(contract, Args::from(args.clone())) {
+            Err(reject) => (Outcome::deny(reject.code, reject.rule), false),
+            Ok(_) if grant.rules.is_empty() && grant.approval.is_none() => {
+                (Outcome::allow(), false)
+            }
+            Ok(_) => (before.clone(), true),
+        };
+    };
+    // Rules reading a variable the record doesn't hold can't be judged on it.
+    let reads = grant.reads;
+    let partial = (reads.agent && inputs.agent.is_none())
+        || (reads.task && inputs.task.is_none())
+        || (reads.session && inputs.session.is_none())
+        || (reads.request && inputs.request.is_none());
+    if partial {
+        return (before.clone(), true);
+    }
+    let after = match redecide(policy, agent, contract, Args::from(args.clone()), &inputs) {
+        Ok(decided) if !decided.needs_approval => Outcome::allow(),
+        // Held for a person: what the person did can't be replayed. A call that ran under
+        // an approval, or was held or denied by one, keeps its outcome.
+        Ok(_) if recorded.approval.is_some() || recorded.replayed => Outcome::allow(),
+        Ok(_) if is_approval(before) => before.clone(),
+        Ok(_) => Outcome::deny(Code::ApprovalRequired, None),
+        Err(reject) => Outcome::deny(reject.code, reject.rule),
+    };
+    (after, false)
+}
+
+fn is_approval(outcome: &Outcome) -> bool {
+    matches!(
+        outcome.code.as_deref(),
+        Some("APPROVAL_REQUIRED") | Some("APPROVAL_DENIED")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::parse_documents;
+    use serde_json::json;
+
+    const POLICIES: &str = "apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: t}
+spec: {tool: t, captureArguments: true, input: {type: object, properties: {n: {type: integer}}}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: p}
+spec:
+  agents: [bot]
+  tools:
+    - name: t
+      rules: [{name: small, expr: 'args.n < 10 && task.max >= args.n'}]
+";
+
+    fn snapshot(text: &str) -> Snapshot {
+        let (snapshot, errors) =
+            Snapshot::build(&parse_documents("t", text).0, &BuildOptions::default(), 1);
+        assert!(errors.is_empty(), "{errors:?}");
+        snapshot
+    }
+
+    fn recorded(value: serde_json::Value) -> Recorded {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn call(decision: &str, code: Option<&str>, n: i64, task: Option<i64>) -> Recorded {
+        let mut inputs = json!({"v": 1});
+        if let Some(max) = task {
+            inputs["task"] = json!({"max": max});
+        }
+        recorded(json!({
+            "kind": "call", "traceId": format!("t{n}"), "agent": "bot", "tool": "t",
+            "decision": decision, "code": code, "rule": code.map(|_| "small"),
+            "args": {"n": n}, "inputs": inputs,
+        }))
+    }
+
+    #[test]
+    fn recorded_inputs_decide_again_with_the_sidecars_code() {
+        let same = snapshot(POLICIES);
+        let tighter = snapshot(&POLICIES.replace("args.n < 10", "args.n < 5"));
+        let calls = [
+            call("allow", None, 3, Some(9)),
+            call("allow", None, 7, Some(9)),
+            // The rule reads `task`: its refusals are OUT_OF_TASK_SCOPE.
+            call("deny", Some("OUT_OF_TASK_SCOPE"), 12, Some(20)),
+        ];
+        let mut report = Report::default();
+        calls.iter().for_each(|c| replay_one(c, &same, &mut report));
+        assert_eq!(
+            (report.replayed, report.changed),
+            (3, 0),
+            "{:?}",
+            report.changes
+        );
+        let mut report = Report::default();
+        calls
+            .iter()
+            .for_each(|c| replay_one(c, &tighter, &mut report));
+        assert_eq!(report.changed, 1);
+        assert_eq!(report.changes[0].trace_id, "t7");
+        assert_eq!(report.changes[0].after.rule.as_deref(), Some("small"));
+    }
+
+    #[test]
+    fn what_cant_be_replayed_is_skipped_or_partial() {
+        let same = snapshot(POLICIES);
+        let mut report = Report::default();
+        // A rule reads `task`, which this record doesn't hold: partial.
+        replay_one(&call("allow", None, 3, None), &same, &mut report);
+        // Limits depend on timing: skipped. Not a call: skipped.
+        replay_one(
+            &call("deny", Some("RATE_LIMITED"), 3, Some(9)),
+            &same,
+            &mut report,
+        );
+        replay_one(&recorded(json!({"kind": "policy"})), &same, &mut report);
+        assert_eq!((report.replayed, report.partial, report.skipped), (1, 1, 2));
+        assert_eq!(report.changed, 0);
+    }
+}
