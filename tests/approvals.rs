@@ -143,6 +143,17 @@ async fn api(h: &Harness, method: &str, path: &str, token: Option<&str>, body: &
     Reply::read(response).await
 }
 
+/// alice's view of approval `id`.
+async fn show(h: &Harness, id: &str) -> Reply {
+    api(h, "GET", &format!("/approvals/{id}"), Some(ALICE), "").await
+}
+
+/// alice approves or denies approval `id`, with no reason.
+async fn decide(h: &Harness, id: &str, verb: &str) -> Reply {
+    let path = format!("/approvals/{id}/{verb}");
+    api(h, "POST", &path, Some(ALICE), "").await
+}
+
 fn approval_id(r: &Reply) -> String {
     r.assert_refused("APPROVAL_REQUIRED", 202);
     let detail = &r.json["error"]["details"][0];
@@ -177,7 +188,7 @@ async fn a_held_call_runs_once_after_approval_and_the_audit_log_names_the_approv
     assert_eq!(item["session"], "s1");
     assert_eq!(item["arguments"]["amount"], 500);
     assert_ne!(item["arguments"]["card"], "4111-1111", "{}", listed.text);
-    let shown = api(&h, "GET", &format!("/approvals/{id}"), Some(ALICE), "").await;
+    let shown = show(&h, &id).await;
     assert_eq!(shown.json["status"], "pending");
 
     let approved = api(
@@ -204,7 +215,7 @@ async fn a_held_call_runs_once_after_approval_and_the_audit_log_names_the_approv
         again.text
     );
     assert_eq!(ran.load(Ordering::SeqCst), 2);
-    let shown = api(&h, "GET", &format!("/approvals/{id}"), Some(ALICE), "").await;
+    let shown = show(&h, &id).await;
     assert_eq!(shown.json["status"], "used");
 
     audit_names_the_approver(h).await;
@@ -276,38 +287,17 @@ async fn denied_expired_and_other_calls_never_run_unapproved() {
         assert!(r.text.contains("duplicate of ticket 88"), "{}", r.text);
     }
     // Approving another's approval does not let this call run.
-    api(
-        &h,
-        "POST",
-        &format!("/approvals/{other_agent}/approve"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    decide(&h, &other_agent, "approve").await;
     refund(&h, OPS_TOKEN, "s1", body)
         .await
         .assert_refused("APPROVAL_DENIED", 403);
 
     // Expiry (ttl 2 s): an approved call not run in time needs a new approval.
-    api(
-        &h,
-        "POST",
-        &format!("/approvals/{other_session}/approve"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    decide(&h, &other_session, "approve").await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let fresh = approval_id(&refund(&h, OPS_TOKEN, "s2", body).await);
     assert_ne!(fresh, other_session);
-    let shown = api(
-        &h,
-        "GET",
-        &format!("/approvals/{other_session}"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    let shown = show(&h, &other_session).await;
     assert_eq!(shown.json["status"], "expired");
     // A denial expires too: the same call asks anew.
     let after_denial = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
@@ -384,14 +374,7 @@ async fn the_approval_api_refuses_what_it_must() {
     );
     // Still pending after all that; decided once, not twice.
     assert_eq!(api(&h, "POST", &approve, Some(ALICE), "").await.status, 200);
-    let again = api(
-        &h,
-        "POST",
-        &format!("/approvals/{id}/deny"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    let again = decide(&h, &id, "deny").await;
     assert_eq!(again.status, 409, "{}", again.text);
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
@@ -488,14 +471,7 @@ async fn with_redis_any_pod_decides_and_any_pod_runs_it_once() {
         "{}",
         listed.text
     );
-    let r = api(
-        &pods[1],
-        "POST",
-        &format!("/approvals/{id}/approve"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    let r = decide(&pods[1], &id, "approve").await;
     assert_eq!(r.status, 200, "{}", r.text);
     // Both pods race to run it: one does, once.
     let (a, b) = tokio::join!(
@@ -509,27 +485,9 @@ async fn with_redis_any_pod_decides_and_any_pod_runs_it_once() {
         a.text,
         b.text
     );
-    let shown = api(
-        &pods[0],
-        "GET",
-        &format!("/approvals/{id}"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    let shown = show(&pods[0], &id).await;
     assert_eq!(shown.json["status"], "used");
-    assert_eq!(
-        api(
-            &pods[0],
-            "POST",
-            &format!("/approvals/{id}/deny"),
-            Some(ALICE),
-            ""
-        )
-        .await
-        .status,
-        409
-    );
+    assert_eq!(decide(&pods[0], &id, "deny").await.status, 409);
 }
 
 /// Over MCP, with the official Python SDK as client and server: the hold is a tool
@@ -585,14 +543,7 @@ spec:
         .to_string();
     assert_eq!(peer.counts()["create_issue"].as_u64().unwrap_or(0), 0);
 
-    let r = api(
-        &h,
-        "POST",
-        &format!("/approvals/{id}/approve"),
-        Some(ALICE),
-        "",
-    )
-    .await;
+    let r = decide(&h, &id, "approve").await;
     assert_eq!(r.status, 200, "{}", r.text);
     let ran = call().await;
     assert_eq!(ran["isError"], false, "{ran}");

@@ -333,6 +333,13 @@ async fn redis_down_at_start_the_sidecar_serves_by_the_failure_policy() {
     assert_eq!(created.load(Ordering::SeqCst), 0);
 }
 
+/// create_issue with the idempotency key `k1`.
+async fn issue_k1(pod: &Harness) -> Reply {
+    let key = [("idempotency-key", "k1")];
+    pod.call("POST", "/issues", Some(OPS_TOKEN), &key, r#"{"title":"x"}"#)
+        .await
+}
+
 #[tokio::test]
 async fn a_wrong_password_or_garbage_under_our_keys_never_crashes() {
     if !redis::available() {
@@ -379,20 +386,19 @@ async fn a_wrong_password_or_garbage_under_our_keys_never_crashes() {
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
 
+    // redis-cli with the password.
+    let cli = |args: &[&str]| {
+        let mut all = vec!["-a", "s3cret", "--no-auth-warning"];
+        all.extend_from_slice(args);
+        server.cli(&all)
+    };
     // Whatever is found under our keys, of whatever type, reads as absent.
-    let keys = server.cli(&["-a", "s3cret", "--no-auth-warning", "keys", "toolgate:*"]);
+    let keys = cli(&["keys", "toolgate:*"]);
     assert!(keys.contains("toolgate:{ops-bot}:session:g1"), "{keys}");
-    server.cli(&[
-        "-a",
-        "s3cret",
-        "--no-auth-warning",
-        "set",
-        "toolgate:{ops-bot}:session:g1",
-        "garbage",
-    ]);
+    cli(&["set", "toolgate:{ops-bot}:session:g1", "garbage"]);
     for key in keys.lines() {
         if key.contains(":rate:") {
-            server.cli(&["-a", "s3cret", "--no-auth-warning", "hset", key, "x", "y"]);
+            cli(&["hset", key, "x", "y"]);
         }
     }
     let r = pod
@@ -405,41 +411,12 @@ async fn a_wrong_password_or_garbage_under_our_keys_never_crashes() {
     assert_eq!(r.status, 200, "{}", r.text);
     // A claim holding another version's value, or ours damaged: the call is not run
     // on it, and never crashes the sidecar.
-    let r = pod
-        .call(
-            "POST",
-            "/issues",
-            Some(OPS_TOKEN),
-            &[("idempotency-key", "k1")],
-            r#"{"title":"x"}"#,
-        )
-        .await;
+    let r = issue_k1(&pod).await;
     assert_eq!(r.status, 201, "{}", r.text);
-    let keys = server.cli(&[
-        "-a",
-        "s3cret",
-        "--no-auth-warning",
-        "keys",
-        "toolgate:*:once:*",
-    ]);
+    let keys = cli(&["keys", "toolgate:*:once:*"]);
     let claim = keys.lines().next().expect("a claim key");
-    server.cli(&[
-        "-a",
-        "s3cret",
-        "--no-auth-warning",
-        "set",
-        claim,
-        "tg1|R|damaged",
-    ]);
-    let r = pod
-        .call(
-            "POST",
-            "/issues",
-            Some(OPS_TOKEN),
-            &[("idempotency-key", "k1")],
-            r#"{"title":"x"}"#,
-        )
-        .await;
+    cli(&["set", claim, "tg1|R|damaged"]);
+    let r = issue_k1(&pod).await;
     assert_eq!(
         r.status, 201,
         "this pod's own table still replays: {}",
@@ -448,15 +425,7 @@ async fn a_wrong_password_or_garbage_under_our_keys_never_crashes() {
     // Another pod has only the damaged claim to go by: an error, and nothing run.
     let url = format!("redis://:s3cret@127.0.0.1:{}/0", server.port);
     let other = sidecar(&backend, &policy(), &url, false).await;
-    let r = other
-        .call(
-            "POST",
-            "/issues",
-            Some(OPS_TOKEN),
-            &[("idempotency-key", "k1")],
-            r#"{"title":"x"}"#,
-        )
-        .await;
+    let r = issue_k1(&other).await;
     r.assert_refused("STATE_UNAVAILABLE", 503);
     assert_eq!(created.load(Ordering::SeqCst), 1);
 }
