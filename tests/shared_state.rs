@@ -724,3 +724,69 @@ async fn the_admission_script_decides_as_the_ledger_does() {
         "{a:?}"
     );
 }
+
+#[tokio::test]
+async fn a_slow_redis_or_a_tls_mismatch_is_unavailable_not_a_hang() {
+    if !redis::available() {
+        return;
+    }
+    // DEBUG SLEEP makes it slow on demand (Redis 7 turns DEBUG off by default).
+    let server = Server::start(&["--enable-debug-command", "yes"]).await;
+    let (backend, created) = mk_backend().await;
+    let url = server.url();
+    let pod = Harness::start(
+        backend.addr,
+        Options {
+            policies: policy(),
+            tweak: Box::new(move |s| {
+                s.state.backend = StateBackend::Redis;
+                s.state.redis.url = url;
+                s.state.redis.timeout_ms = 100;
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    wait_until_connected(&pod).await;
+    // Redis busy for 2 s: every round trip runs past timeoutMs.
+    let port = server.port;
+    let sleeper = std::thread::spawn(move || redis::cli(port, &["debug", "sleep", "2"]));
+    std::thread::sleep(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let r = pod
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    assert_eq!(r.status, 200, "limits fail open: {}", r.text);
+    let r = pod
+        .call(
+            "POST",
+            "/issues",
+            Some(OPS_TOKEN),
+            &[],
+            r#"{"title":"slow"}"#,
+        )
+        .await;
+    r.assert_refused("STATE_UNAVAILABLE", 503);
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "bounded by timeoutMs, not by Redis: {:?}",
+        started.elapsed()
+    );
+    sleeper.join().unwrap();
+    assert_eq!(created.load(Ordering::SeqCst), 0);
+
+    // rediss:// against a server that doesn't speak TLS: unavailable, never forwarded.
+    let url = format!("rediss://127.0.0.1:{}/0", server.port);
+    let tls = sidecar(&backend, &policy(), &url, false).await;
+    let r = tls
+        .call(
+            "POST",
+            "/issues",
+            Some(OPS_TOKEN),
+            &[],
+            r#"{"title":"tls"}"#,
+        )
+        .await;
+    r.assert_refused("STATE_UNAVAILABLE", 503);
+    assert_eq!(created.load(Ordering::SeqCst), 0);
+}
