@@ -8,14 +8,10 @@
 //! parsing text ([`EXIT_CODES`]). Settings are read from the variables passed in, not the
 //! process environment, so tests hand it a map.
 
-use bytes::Bytes;
 use clap::{Args, Subcommand, ValueEnum};
-use http::{header, Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use http::Method;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -23,6 +19,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::Status;
+use admin::Admin;
+use render::{block, decided, pretty, table};
+
+mod admin;
+mod render;
 
 /// The help text's promise; [`Failure::exit_code`] keeps it.
 pub const EXIT_CODES: &str = "\
@@ -217,289 +218,12 @@ async fn decide(
     Ok(decided(&answer))
 }
 
-fn pretty(value: &Value) -> String {
-    format!(
-        "{}\n",
-        serde_json::to_string_pretty(value).unwrap_or_default()
-    )
-}
-
-/// The admin listener with the approver's credential, ready to send.
-struct Admin {
-    client: Client<HttpConnector, Full<Bytes>>,
-    /// The URL without a trailing slash; request paths are appended to it.
-    base: String,
-    authorization: header::HeaderValue,
-}
-
-impl Admin {
-    /// Flags first, then the variables, then the default. Checks the URL and reads the
-    /// token before anything is sent, so a usage problem never looks like a refusal.
-    fn open(args: &AdminArgs, vars: &HashMap<String, String>) -> Result<Admin, Failure> {
-        let url = args
-            .admin
-            .clone()
-            .or_else(|| vars.get(ADMIN_VAR).cloned())
-            .unwrap_or_else(|| DEFAULT_ADMIN.to_string());
-        let base = check_url(&url)?;
-        let path = args
-            .token_file
-            .clone()
-            .or_else(|| vars.get(TOKEN_VAR).map(PathBuf::from))
-            .ok_or_else(|| {
-                Failure::Usage(format!(
-                    "no approver token: pass --token-file FILE (or set {TOKEN_VAR})"
-                ))
-            })?;
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|error| Failure::TokenFile {
-            path: shown.clone(),
-            error,
-        })?;
-        let token = text.trim();
-        if token.is_empty() {
-            return Err(Failure::Usage(format!("the token file {shown} is empty")));
-        }
-        let mut authorization =
-            header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                Failure::Usage(format!(
-                    "the token file {shown} holds characters no bearer token has"
-                ))
-            })?;
-        authorization.set_sensitive(true);
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(TIMEOUT));
-        Ok(Admin {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            base,
-            authorization,
-        })
-    }
-
-    /// One request; `Ok` is the API's 200 answer, anything else a [`Failure`].
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, Failure> {
-        let url = format!("{}{path}", self.base);
-        let usage = |_| Failure::Usage(format!("{url} is not a URL toolgate can request"));
-        let mut request = Request::builder()
-            .method(method)
-            .uri(url.parse::<Uri>().map_err(usage)?)
-            .header(header::AUTHORIZATION, self.authorization.clone());
-        let bytes = match body {
-            Some(body) => {
-                request = request.header(header::CONTENT_TYPE, "application/json");
-                Bytes::from(body.to_string())
-            }
-            None => Bytes::new(),
-        };
-        let request = request
-            .body(Full::new(bytes))
-            .map_err(|_| Failure::Usage(format!("{url} is not a URL toolgate can request")))?;
-        let unreachable = |error: String| Failure::Unreachable {
-            url: self.base.clone(),
-            error,
-        };
-        let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
-                // The legacy client's own text ("client error (Connect)") hides the
-                // cause: show the chain below it ("tcp connect error: Connection refused").
-                let mut causes = Vec::new();
-                let mut next = std::error::Error::source(&e);
-                while let Some(cause) = next {
-                    causes.push(cause.to_string());
-                    next = cause.source();
-                }
-                unreachable(if causes.is_empty() {
-                    e.to_string()
-                } else {
-                    causes.join(": ")
-                })
-            })?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_ANSWER)
-                .collect()
-                .await
-                .map_err(|e| unreachable(format!("reading the answer: {e}")))?
-                .to_bytes();
-            Ok::<_, Failure>((status, body))
-        };
-        let (status, body) = tokio::time::timeout(TIMEOUT, exchange)
-            .await
-            .map_err(|_| unreachable(format!("no answer within {}s", TIMEOUT.as_secs())))??;
-        answer(status, &body)
-    }
-}
-
-/// The base URL of `url`, or why it can't be used.
-fn check_url(url: &str) -> Result<String, Failure> {
-    let uri: Uri = url
-        .parse()
-        .map_err(|_| Failure::Usage(format!("the admin URL {url:?} is not a URL")))?;
-    match uri.scheme_str() {
-        Some("http") if uri.authority().is_some() => Ok(url.trim_end_matches('/').to_string()),
-        Some("https") => Err(Failure::Usage(format!(
-            "the admin URL {url}: the admin listener serves plain HTTP on the pod's loopback; \
-             use http:// (through kubectl port-forward from outside the pod)"
-        ))),
-        _ => Err(Failure::Usage(format!(
-            "the admin URL {url:?} must be an http:// URL like {DEFAULT_ADMIN}"
-        ))),
-    }
-}
-
-/// The API's answer as a value or a refusal. An answer that isn't toolgate's (another
-/// server behind `--admin`) is a refusal with its status, so the exit code still follows it.
-fn answer(status: StatusCode, body: &[u8]) -> Result<Value, Failure> {
-    let parsed = serde_json::from_slice::<Value>(body).ok();
-    if status == StatusCode::OK {
-        if let Some(value) = parsed {
-            return Ok(value);
-        }
-    }
-    let error = parsed.as_ref().map(|v| &v["error"]);
-    match error.and_then(|e| e["code"].as_str()) {
-        Some(code) => Err(Failure::Refused {
-            status: status.as_u16(),
-            code: code.to_string(),
-            message: error.and_then(|e| e["message"].as_str()).unwrap_or("").to_string(),
-        }),
-        None => Err(Failure::Refused {
-            status: status.as_u16(),
-            code: "UNEXPECTED_ANSWER".to_string(),
-            message: format!(
-                "not the approval API's answer ({} bytes); is --admin the sidecar's admin listener?",
-                body.len()
-            ),
-        }),
-    }
-}
-
-/// A field as text: `-` for null or absent, lists joined.
-fn text(approval: &Value, field: &str) -> String {
-    match &approval[field] {
-        Value::Null => "-".to_string(),
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items
-            .iter()
-            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
-            .collect::<Vec<_>>()
-            .join(", "),
-        other => other.to_string(),
-    }
-}
-
-/// `2025-01-01T00:00:00.000Z` as `2025-01-01 00:00:00Z`: a table column has no room for
-/// milliseconds. Anything else is shown as it is.
-fn short_time(time: &str) -> String {
-    match (time.get(..19), time.ends_with('Z')) {
-        (Some(seconds), true) => format!("{}Z", seconds.replacen('T', " ", 1)),
-        _ => time.to_string(),
-    }
-}
-
-/// `list` for people: one aligned row per approval, oldest first; the condition last, as
-/// it is the one column of any length.
-fn table(answer: &Value, status: Option<Status>) -> String {
-    let mut approvals: Vec<&Value> = answer["approvals"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    if approvals.is_empty() {
-        return match status {
-            Some(status) => format!("no {} approvals you may decide\n", status.as_str()),
-            None => "no approvals you may decide\n".to_string(),
-        };
-    }
-    // RFC 3339 in UTC, all written alike by the sidecar: text order is time order.
-    approvals.sort_by_key(|a| text(a, "createdAt"));
-    let mut rows = vec![[
-        "ID",
-        "STATUS",
-        "TOOL",
-        "AGENT",
-        "CREATED",
-        "EXPIRES",
-        "CONDITION",
-    ]
-    .map(String::from)];
-    rows.extend(approvals.iter().map(|a| {
-        [
-            text(a, "id"),
-            text(a, "status"),
-            text(a, "tool"),
-            text(a, "agent"),
-            short_time(&text(a, "createdAt")),
-            short_time(&text(a, "expiresAt")),
-            text(a, "condition"),
-        ]
-    }));
-    let mut widths = [0; 7];
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:width$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// `show` for people: every field on its own line, the arguments pretty-printed below.
-fn block(approval: &Value) -> String {
-    let mut out = String::new();
-    for (label, field) in [
-        ("id", "id"),
-        ("status", "status"),
-        ("tool", "tool"),
-        ("agent", "agent"),
-        ("session", "session"),
-        ("condition", "condition"),
-        ("approvers", "approvers"),
-        ("created", "createdAt"),
-        ("expires", "expiresAt"),
-        ("decided by", "decidedBy"),
-        ("reason", "reason"),
-    ] {
-        out.push_str(&format!(
-            "{:<11} {}\n",
-            format!("{label}:"),
-            text(approval, field)
-        ));
-    }
-    out.push_str("arguments (redacted):\n");
-    let arguments = serde_json::to_string_pretty(&approval["arguments"]).unwrap_or_default();
-    for line in arguments.lines() {
-        out.push_str(&format!("  {line}\n"));
-    }
-    out
-}
-
-/// `approve` and `deny`: one line from the updated approval.
-fn decided(approval: &Value) -> String {
-    format!(
-        "{} {} (tool {}, agent {})\n",
-        text(approval, "status"),
-        text(approval, "id"),
-        text(approval, "tool"),
-        text(approval, "agent")
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use super::admin::answer;
     use super::*;
+    use http::StatusCode;
+    use serde_json::Value;
 
     fn mk_approval() -> Value {
         json!({
