@@ -175,7 +175,10 @@ fn replay(
     };
     let report = toolgate::replay::run(&request)?;
     if format == "json" {
-        println!("{}", report.json());
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        report.write_json(&mut out)?;
+        std::io::Write::write_all(&mut out, b"\n")?;
+        std::io::Write::flush(&mut out)?;
     } else {
         print!("{}", report.table());
     }

@@ -1,7 +1,7 @@
 //! What a replay found: totals, changes grouped by tool, rule and direction with example
 //! trace ids, and the table and JSON renderings of them.
 
-use serde_json::{json, Value};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -88,27 +88,10 @@ impl Report {
         }
     }
 
-    pub fn json(&self) -> Value {
-        let outcome =
-            |o: &Outcome| json!({"decision": o.decision(), "code": o.code, "rule": o.rule});
-        json!({
-            "replayed": self.replayed,
-            "unchanged": self.unchanged,
-            "changed": self.changed,
-            "partial": self.partial,
-            "skipped": self.skipped,
-            "changes": self.changes.iter().map(|c| json!({
-                "traceId": c.trace_id,
-                "agent": c.agent,
-                "tool": c.tool,
-                "before": outcome(&c.before),
-                "after": outcome(&c.after),
-            })).collect::<Vec<_>>(),
-            "groups": self.groups.iter().map(|((tool, direction, why), g)| json!({
-                "tool": tool, "direction": direction, "why": why, "count": g.count, "examples": g.examples,
-            })).collect::<Vec<_>>(),
-            "listed": self.changes.len(),
-        })
+    /// The `--format json` object, written as it is serialized: no second copy of the
+    /// listed changes is built in memory.
+    pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &JsonReport::of(self))
     }
 
     pub fn table(&self) -> String {
@@ -135,6 +118,89 @@ impl Report {
             );
         }
         out
+    }
+}
+
+#[derive(Serialize)]
+struct JsonOutcome<'a> {
+    decision: &'static str,
+    code: &'a Option<String>,
+    rule: &'a Option<String>,
+}
+
+impl<'a> JsonOutcome<'a> {
+    fn of(o: &'a Outcome) -> JsonOutcome<'a> {
+        JsonOutcome {
+            decision: o.decision(),
+            code: &o.code,
+            rule: &o.rule,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct JsonChange<'a> {
+    trace_id: &'a str,
+    agent: &'a str,
+    tool: &'a str,
+    before: JsonOutcome<'a>,
+    after: JsonOutcome<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonGroup<'a> {
+    tool: &'a str,
+    direction: &'a str,
+    why: &'a str,
+    count: u64,
+    examples: &'a [String],
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    replayed: u64,
+    unchanged: u64,
+    changed: u64,
+    partial: u64,
+    skipped: u64,
+    changes: Vec<JsonChange<'a>>,
+    groups: Vec<JsonGroup<'a>>,
+    listed: usize,
+}
+
+impl<'a> JsonReport<'a> {
+    fn of(r: &'a Report) -> JsonReport<'a> {
+        JsonReport {
+            replayed: r.replayed,
+            unchanged: r.unchanged,
+            changed: r.changed,
+            partial: r.partial,
+            skipped: r.skipped,
+            changes: r
+                .changes
+                .iter()
+                .map(|c| JsonChange {
+                    trace_id: &c.trace_id,
+                    agent: &c.agent,
+                    tool: &c.tool,
+                    before: JsonOutcome::of(&c.before),
+                    after: JsonOutcome::of(&c.after),
+                })
+                .collect(),
+            groups: r
+                .groups
+                .iter()
+                .map(|((tool, direction, why), g)| JsonGroup {
+                    tool,
+                    direction,
+                    why,
+                    count: g.count,
+                    examples: &g.examples,
+                })
+                .collect(),
+            listed: r.changes.len(),
+        }
     }
 }
 
