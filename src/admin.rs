@@ -30,7 +30,8 @@ impl Admin {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             path if path == "/approvals" || path.starts_with("/approvals/") => {
-                approvals::api::serve(&self.approvals, request).await
+                let (status, body) = approvals::api::serve(&self.approvals, request).await;
+                json(status, &body)
             }
             "/readyz" => self.readiness(),
             "/metrics" => {
@@ -112,6 +113,15 @@ impl Admin {
             "failure": status.failure,
         })
     }
+}
+
+fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut response = text(status, serde_json::to_vec_pretty(value).unwrap_or_default());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn text(status: StatusCode, body: impl Into<bytes::Bytes>) -> Response<Body> {

@@ -11,8 +11,7 @@
 //! Errors use the error body of docs/errors.md: unknown id `404`, an approver outside
 //! the approval's groups `403`, an approval no longer pending `409`, a bad body `400`.
 
-use bytes::Bytes;
-use http::{header, Method, Request, Response, StatusCode};
+use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
@@ -20,19 +19,20 @@ use serde_json::{json, Value};
 use super::approvers::Approver;
 use super::service::Approvals;
 use super::{now_ms, DecideError, Decision, Status, MAX_REASON};
-use crate::proxy::body::{full, Body};
 use crate::vocab::{Code, Reject};
 
 /// The largest request body the API reads.
 const MAX_BODY: usize = 16 * 1024;
 
-pub async fn serve(approvals: &Approvals, request: Request<Incoming>) -> Response<Body> {
+/// Answers one request: the HTTP status and the JSON body (the admin listener writes
+/// them out).
+pub async fn serve(approvals: &Approvals, request: Request<Incoming>) -> (StatusCode, Value) {
     let trace_id = format!("{:032x}", rand::random::<u128>());
     match route(approvals, request).await {
-        Ok(value) => json_response(StatusCode::OK, &value),
+        Ok(value) => (StatusCode::OK, value),
         Err(reject) => {
             let status = StatusCode::from_u16(reject.status()).unwrap_or(StatusCode::BAD_REQUEST);
-            json_response(status, &reject.body(&trace_id))
+            (status, reject.body(&trace_id))
         }
     }
 }
@@ -197,16 +197,4 @@ fn unavailable(error: &str) -> Reject {
         Code::StateUnavailable,
         format!("the approvals can't be read now: {error}"),
     )
-}
-
-fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
-    let mut response = Response::new(full(Bytes::from(
-        serde_json::to_vec_pretty(value).unwrap_or_default(),
-    )));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    response
 }

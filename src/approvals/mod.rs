@@ -23,6 +23,7 @@ pub mod cli;
 pub mod memory;
 pub mod notify;
 pub mod service;
+pub mod shared;
 pub mod store;
 
 use serde::{Deserialize, Serialize};

@@ -8,6 +8,7 @@ use super::approvers::ApproverIdentity;
 use super::ask::{self, Transition};
 use super::memory::MemoryStore;
 use super::notify::Notifier;
+use super::shared::SharedApprovals;
 use super::store::Store;
 use super::{now_ms, Approval, DecideError, Decision};
 use crate::audit::record::{now, ApprovalEvent};
@@ -35,7 +36,7 @@ impl Approvals {
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Approvals> {
         let store = match shared {
-            Some(shared) => Store::Shared(shared),
+            Some(shared) => Store::Shared(SharedApprovals(shared)),
             None => Store::Memory(MemoryStore::new(
                 usize::try_from(settings.max_pending).unwrap_or(usize::MAX),
             )),

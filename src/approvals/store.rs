@@ -1,11 +1,9 @@
 //! Where approvals are kept: the sidecar's memory or the shared state, behind one
 //! interface, so the gate and the API don't care which.
 
-use std::sync::Arc;
-
 use super::memory::MemoryStore;
+use super::shared::SharedApprovals;
 use super::{now_ms, Approval, DecideError, Decision, Requested};
-use crate::state::Shared;
 use crate::vocab::{Code, Reject};
 
 /// The most approvals a listing returns.
@@ -13,7 +11,7 @@ pub const LIST_LIMIT: usize = 1000;
 
 pub enum Store {
     Memory(MemoryStore),
-    Shared(Arc<Shared>),
+    Shared(SharedApprovals),
 }
 
 impl Store {

@@ -19,7 +19,6 @@
 
 pub mod actions;
 pub mod admit;
-pub mod approvals;
 pub mod keys;
 pub mod link;
 pub mod owners;

@@ -1,5 +1,5 @@
-//! Approvals in Redis (`state.backend: redis`): any pod can decide an approval, and any
-//! pod runs the approved call, once.
+//! Approvals in the shared state (`state.backend: redis`), on its connection and keys:
+//! any pod can decide an approval, and any pod runs the approved call, once.
 //!
 //! Every approval key shares the hash tag `{approvals}`, so in a Redis Cluster the
 //! scripts below, which read and write several of them, stay in one slot:
@@ -17,10 +17,10 @@
 use redis::Script;
 use std::sync::LazyLock;
 
-use super::link::{Op, Unavailable};
-use super::Shared;
-use crate::approvals::memory::KEEP_AFTER_MS;
-use crate::approvals::{Approval, DecideError, Decision, Requested, Status};
+use super::memory::KEEP_AFTER_MS;
+use super::{Approval, DecideError, Decision, Requested, Status};
+use crate::state::link::{Op, Unavailable};
+use crate::state::Shared;
 
 const TAG: &str = "{approvals}";
 
@@ -96,9 +96,16 @@ return out",
     )
 });
 
-impl Shared {
+/// The approval store on a sidecar's shared state.
+pub struct SharedApprovals(pub std::sync::Arc<Shared>);
+
+impl SharedApprovals {
     fn approval_key(&self, part: &str) -> String {
-        format!("{}{TAG}:{part}", self.keys().prefix())
+        format!("{}{TAG}:{part}", self.0.keys().prefix())
+    }
+
+    fn link(&self) -> &crate::state::link::Link {
+        self.0.link()
     }
 
     /// The live approval of `fresh`'s binding, or `fresh` itself, now stored (with the
