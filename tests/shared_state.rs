@@ -587,6 +587,20 @@ async fn a_duplicate_of_a_call_whose_pod_died_is_never_run() {
     assert_eq!(created.load(Ordering::SeqCst), 1, "never run twice");
 }
 
+/// Admits `call` with its never-twice claim (a window of a minute).
+async fn claimed(
+    shared: &toolgate::state::Shared,
+    call: &toolgate::limits::Call<'_>,
+    limits: &toolgate::state::admit::Limits<'_>,
+) -> toolgate::state::admit::Admission {
+    let claim = shared.claim_for(call);
+    let window = Duration::from_secs(60);
+    shared
+        .admit(call, limits, Some((&claim, window)))
+        .await
+        .unwrap()
+}
+
 /// The admission script's logic, called directly: GCRA cells and waits, the tool limit
 /// before the agent's, shadow overrides, session counting, claims and joins.
 #[tokio::test]
@@ -684,22 +698,10 @@ async fn the_admission_script_decides_as_the_ledger_does() {
     // Claims: the first takes it, an identical call joins it, another key is free.
     let idem = |key| Call::new("bot", None, "t", &args, Some(key));
     let first = idem("k1");
-    let claim = shared.claim_for(&first);
-    let window = Duration::from_secs(60);
-    let a = shared
-        .admit(&first, &unlimited, Some((&claim, window)))
-        .await
-        .unwrap();
+    let a = claimed(&shared, &first, &unlimited).await;
     assert!(matches!(a, Admission::Admitted { .. }), "{a:?}");
     let again = idem("k1");
-    let a = shared
-        .admit(
-            &again,
-            &unlimited,
-            Some((&shared.claim_for(&again), window)),
-        )
-        .await
-        .unwrap();
+    let a = claimed(&shared, &again, &unlimited).await;
     assert!(
         matches!(
             a,
@@ -711,14 +713,7 @@ async fn the_admission_script_decides_as_the_ledger_does() {
     );
     // The same key for other arguments is refused, as in memory.
     let reused = Call::new("bot", None, "t", &other, Some("k1"));
-    let a = shared
-        .admit(
-            &reused,
-            &unlimited,
-            Some((&shared.claim_for(&reused), window)),
-        )
-        .await
-        .unwrap();
+    let a = claimed(&shared, &reused, &unlimited).await;
     assert!(
         matches!(a, Admission::Refused(ref r) if r.code == Code::MalformedRequest),
         "{a:?}"

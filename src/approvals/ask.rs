@@ -59,10 +59,6 @@ pub async fn ask(
     let mut fresh = fresh;
     for _ in 0..2 {
         let fresh_id = fresh.id.clone();
-        let again = Approval {
-            id: new_id(),
-            ..fresh.clone()
-        };
         let requested = store.request(fresh).await?;
         if let Some(mut expired) = requested.expired {
             expired.status = Status::Expired;
@@ -77,7 +73,17 @@ pub async fn ask(
                     transitions.push(Transition::Used(used.clone()));
                     return Ok(used);
                 }
-                fresh = again;
+                // The same call, asked anew: only the id and the times are its own.
+                let now = now_ms();
+                fresh = Approval {
+                    id: new_id(),
+                    status: Status::Pending,
+                    created_ms: now,
+                    expires_ms: now.saturating_add(spec.ttl.as_millis() as u64),
+                    decided_by: None,
+                    reason: None,
+                    ..current
+                };
             }
             Status::Denied => return Err(denied(&current)),
             _ => {

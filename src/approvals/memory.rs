@@ -128,14 +128,6 @@ impl MemoryStore {
         approval.reason = decision.reason.clone();
         Ok(approval.clone())
     }
-
-    pub fn len(&self) -> usize {
-        self.lock().by_id.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]

@@ -90,14 +90,6 @@ impl Actions {
             (op, ())
         });
     }
-
-    pub fn len(&self) -> u64 {
-        self.owners.len() as u64
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.owners.is_empty()
-    }
 }
 
 /// `DUPLICATE_CALL`: another caller ran this action within the window.

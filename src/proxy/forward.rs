@@ -120,14 +120,15 @@ where
     } = plan;
     let mut state_failed_open = false;
     if contract.idempotent {
-        let shadowed = match &gate.shared {
+        let shared = gate
+            .shared
+            .as_ref()
+            .map(|shared| (shared, shared_limits(gate, contract, policy)));
+        let shadowed = match shared {
             None => session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?,
             // Nothing to count: no round trip.
-            Some(_) if call.session.is_none() && !shared_limits(gate, contract, policy).rated() => {
-                None
-            }
-            Some(shared) => {
-                let limits = shared_limits(gate, contract, policy);
+            Some((_, limits)) if call.session.is_none() && !limits.rated() => None,
+            Some((shared, limits)) => {
                 match shared.admit(call, &limits, None).await {
                     Ok(Admission::Admitted { overridden }) => overridden,
                     Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),

@@ -86,8 +86,6 @@ pub struct Verdict<'s> {
     /// `Allow`, or `ShadowDeny` with the refusal it overrode.
     pub decision: Decision,
     pub shadowed: Option<Reject>,
-    /// The arguments as the audit record keeps them (`captureArguments`), redacted.
-    pub captured: Option<Value>,
     /// The shared state couldn't be read for `session.calls`; the rules saw 0.
     pub state_failed_open: bool,
     /// The action the contract's `dedupeKey` names, as a key.
@@ -200,11 +198,9 @@ pub async fn govern<'s>(
         },
         None => None,
     };
-    let captured_args = contract
-        .capture_arguments
-        .then(|| redacted(contract, args.value()));
-    if captured_args.is_some() {
-        captured.args.clone_from(&captured_args);
+    // A call let through keeps its validated arguments (defaults filled).
+    if contract.capture_arguments {
+        captured.args = Some(redacted(contract, args.value()));
     }
     if governor.audit_refuses {
         return Err(Reject::new(
@@ -261,7 +257,6 @@ pub async fn govern<'s>(
         args,
         decision,
         shadowed,
-        captured: captured_args,
         state_failed_open,
         action,
         approval,

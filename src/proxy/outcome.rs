@@ -175,9 +175,6 @@ impl Outcome {
         } else {
             self.span.event(attributes::ALLOWED, vec![]);
         }
-        if verdict.captured.is_some() {
-            self.captured_args = verdict.captured.clone();
-        }
         self.state_failed_open |= verdict.state_failed_open;
         if let Some(approval) = &verdict.approval {
             self.span.event(

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Redis as Settings;
-use crate::telemetry::metrics::Metrics;
+use crate::telemetry::metrics::{Metrics, StateSeries};
 
 /// Redis could not be asked in time, or answered with an error.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -107,6 +107,8 @@ pub struct Link {
     conn: ArcSwapOption<Conn>,
     timeout: Duration,
     metrics: Arc<Metrics>,
+    /// Each operation's series, in the order of [`Op::ALL`].
+    series: Vec<StateSeries>,
     /// Whether the last round trip failed: logs and `toolgate_state_up` change on edges.
     down: AtomicBool,
     /// What to show in logs: the URL without its credentials.
@@ -135,6 +137,10 @@ impl Link {
         let link = Arc::new(Link {
             conn: ArcSwapOption::empty(),
             timeout,
+            series: Op::ALL
+                .iter()
+                .map(|op| metrics.state_series(op.as_str()))
+                .collect(),
             metrics,
             down: AtomicBool::new(false),
             target: format!("{}", info.addr()),
@@ -191,8 +197,7 @@ impl Link {
         let started = Instant::now();
         let Some(conn) = self.conn.load_full() else {
             let error = Unavailable(format!("not connected to Redis at {}", self.target));
-            self.metrics
-                .record_state(op.as_str(), started.elapsed(), false);
+            self.series(op).record(started.elapsed(), false);
             return Err(error);
         };
         let answer = tokio::time::timeout(self.timeout, run((*conn).clone())).await;
@@ -205,8 +210,7 @@ impl Link {
                 self.timeout.as_millis()
             ))),
         };
-        self.metrics
-            .record_state(op.as_str(), started.elapsed(), result.is_ok());
+        self.series(op).record(started.elapsed(), result.is_ok());
         match &result {
             Ok(_) => self.recovered(),
             Err(e) => self.failed(e),
@@ -220,6 +224,10 @@ impl Link {
             &self.target,
             !self.down.load(Ordering::Relaxed) && self.conn.load().is_some(),
         )
+    }
+
+    fn series(&self, op: Op) -> &StateSeries {
+        &self.series[op as usize]
     }
 
     fn failed(&self, error: &Unavailable) {
@@ -251,4 +259,16 @@ fn describe(e: &redis::RedisError) -> String {
         _ => "",
     };
     format!("{e}{hint}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ops_series_is_found_by_its_place_in_all() {
+        for (i, op) in Op::ALL.into_iter().enumerate() {
+            assert_eq!(op as usize, i, "{op:?}");
+        }
+    }
 }

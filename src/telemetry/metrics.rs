@@ -67,6 +67,22 @@ struct ToolSeries {
     upstream_duration: Histogram,
 }
 
+/// A shared-state operation's duration and error count: clones of the families' handles.
+#[derive(Debug, Clone)]
+pub struct StateSeries {
+    pub duration: Histogram,
+    pub errors: Counter,
+}
+
+impl StateSeries {
+    pub fn record(&self, elapsed: Duration, ok: bool) {
+        self.duration.observe(elapsed.as_secs_f64());
+        if !ok {
+            self.errors.inc();
+        }
+    }
+}
+
 /// The `decision` label of an allowed call (`Decision::Allow`), the one `ToolSeries` counts.
 const ALLOW: &str = "allow";
 /// The `code` label of a call that ended without a code.
@@ -233,14 +249,13 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// One shared-state round trip (`op` is one of a fixed set: a bounded label).
-    pub fn record_state(&self, op: &'static str, elapsed: Duration, ok: bool) {
+    /// The series one shared-state operation updates, resolved once and kept by the
+    /// caller: a round trip then costs no family lookup (`op` is one of a fixed set).
+    pub fn state_series(&self, op: &'static str) -> StateSeries {
         let labels = StateLabels { op };
-        self.state_duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-        if !ok {
-            self.state_errors.get_or_create(&labels).inc();
+        StateSeries {
+            duration: self.state_duration.get_or_create(&labels).clone(),
+            errors: self.state_errors.get_or_create(&labels).clone(),
         }
     }
 
