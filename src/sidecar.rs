@@ -113,6 +113,9 @@ impl Sidecar {
             None => None,
         };
         let upstream = Upstream::new(&settings.upstream).context("upstream")?;
+        metrics
+            .conventions
+            .set_backend(upstream.host(), upstream.port());
         let shared = match settings.state.backend {
             StateBackend::Memory => None,
             StateBackend::Redis => Some(

@@ -12,6 +12,8 @@ pub enum Kind {
     Str,
     Bool,
     Num,
+    /// A decimal number (`0.25`).
+    Float,
     /// Comma-separated strings.
     List,
     /// A YAML/JSON flow value, for lists of objects.
@@ -43,6 +45,11 @@ const KEYS: &[(&str, Kind)] = &[
     ("telemetry.otlpProtocol", Kind::Str),
     ("telemetry.serviceName", Kind::Str),
     ("telemetry.maxQueuedSpans", Kind::Num),
+    ("telemetry.sampler", Kind::Str),
+    ("telemetry.samplerRatio", Kind::Float),
+    ("telemetry.sampleDenials", Kind::Bool),
+    ("telemetry.metricsExport", Kind::Str),
+    ("telemetry.metricsIntervalMs", Kind::Num),
     ("audit.path", Kind::Str),
     ("audit.onFailure", Kind::Str),
     ("audit.keyFile", Kind::Str),
@@ -102,11 +109,56 @@ pub fn prefixed_name(prefix: &str, path: &str) -> String {
 /// variable is logged, not fatal: Kubernetes injects `TOOLGATE_PORT`,
 /// `TOOLGATE_SERVICE_HOST`, … into every pod of a namespace with a Service named
 /// `toolgate`, and the sidecar must still start there. A bad *value* is an error.
+///
+/// Before them, the standard `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` set
+/// `telemetry.sampler` / `samplerRatio` where the file doesn't: so the order is
+/// `TOOLGATE_*`, then the file, then `OTEL_*`, then the default.
 pub fn apply(
     tree: &mut Value,
     vars: impl IntoIterator<Item = (String, String)>,
 ) -> Result<(), (String, String)> {
+    let vars: Vec<(String, String)> = vars.into_iter().collect();
+    apply_otel(tree, &vars);
     apply_table(tree, vars, "TOOLGATE", KEYS, NOT_KEYS)
+}
+
+/// The samplers `OTEL_TRACES_SAMPLER` may name that toolgate runs.
+const OTEL_SAMPLERS: [&str; 6] = [
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+];
+
+/// `OTEL_TRACES_SAMPLER` and its argument, where the file sets no sampler. The
+/// specification has an SDK warn about a value it doesn't know and go on with its
+/// default, so a bad one is logged, not fatal.
+fn apply_otel(tree: &mut Value, vars: &[(String, String)]) {
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.trim().to_ascii_lowercase())
+    };
+    let unset = |tree: &Value, key: &str| tree.pointer(&format!("/telemetry/{key}")).is_none();
+    if let Some(sampler) = var("OTEL_TRACES_SAMPLER").filter(|_| unset(tree, "sampler")) {
+        if OTEL_SAMPLERS.contains(&sampler.as_str()) {
+            let _ = set(tree, "telemetry.sampler", Value::String(sampler));
+        } else {
+            tracing::warn!(value = %sampler, "ignoring OTEL_TRACES_SAMPLER: not a sampler toolgate runs");
+        }
+    }
+    if let Some(arg) = var("OTEL_TRACES_SAMPLER_ARG").filter(|_| unset(tree, "samplerRatio")) {
+        match arg.parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => {
+                let _ = set(tree, "telemetry.samplerRatio", Value::from(ratio));
+            }
+            _ => {
+                tracing::warn!(value = %arg, "ignoring OTEL_TRACES_SAMPLER_ARG: not a ratio between 0 and 1")
+            }
+        }
+    }
 }
 
 /// [`apply`] for any settings file: `keys` are its paths, `prefix` its variables' prefix
@@ -150,6 +202,12 @@ fn convert(raw: &str, kind: Kind) -> Result<Value, String> {
             .parse::<u64>()
             .map(Value::from)
             .map_err(|_| format!("expected a whole number, got {raw:?}")),
+        Kind::Float => raw
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(Value::from)
+            .ok_or_else(|| format!("expected a number, got {raw:?}")),
         Kind::List => Ok(Value::Array(
             raw.split(',')
                 .map(str::trim)

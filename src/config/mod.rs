@@ -291,6 +291,37 @@ pub enum OtlpProtocol {
     Http,
 }
 
+/// Which calls' spans are exported (`telemetry.sampler`): the names and meanings of the
+/// standard `OTEL_TRACES_SAMPLER` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceSampler {
+    /// Every call.
+    #[default]
+    AlwaysOn,
+    /// None (refusals still, with `sampleDenials`).
+    AlwaysOff,
+    /// `samplerRatio` of the traces, chosen by trace id.
+    Traceidratio,
+    /// The agent's sampled flag when it sent a `traceparent`, else every call.
+    ParentbasedAlwaysOn,
+    /// The agent's sampled flag when it sent a `traceparent`, else none.
+    ParentbasedAlwaysOff,
+    /// The agent's sampled flag when it sent a `traceparent`, else `samplerRatio`.
+    ParentbasedTraceidratio,
+}
+
+/// Whether the conventions' metrics are also pushed over OTLP (`telemetry.metricsExport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetricsExport {
+    /// `/metrics` only.
+    #[default]
+    None,
+    /// `/metrics`, and pushed to `otlpEndpoint` every `metricsIntervalMs`.
+    Otlp,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Telemetry {
@@ -300,6 +331,14 @@ pub struct Telemetry {
     pub service_name: String,
     /// Spans queued or in flight to the collector at most; more are dropped and counted.
     pub max_queued_spans: usize,
+    pub sampler: TraceSampler,
+    /// The share of traces sampled by the `*traceidratio` samplers, 0 to 1.
+    pub sampler_ratio: f64,
+    /// Export the span of every refusal, whether its trace was sampled or not.
+    pub sample_denials: bool,
+    pub metrics_export: MetricsExport,
+    /// How often metrics are pushed with `metricsExport: otlp`.
+    pub metrics_interval_ms: u64,
 }
 
 impl Default for Telemetry {
@@ -309,7 +348,39 @@ impl Default for Telemetry {
             otlp_protocol: OtlpProtocol::Grpc,
             service_name: "toolgate".into(),
             max_queued_spans: 4096,
+            sampler: TraceSampler::AlwaysOn,
+            sampler_ratio: 1.0,
+            sample_denials: true,
+            metrics_export: MetricsExport::None,
+            metrics_interval_ms: 60_000,
         }
+    }
+}
+
+impl Telemetry {
+    fn check(&self, origin: &str) -> Result<(), SettingsError> {
+        if !(0.0..=1.0).contains(&self.sampler_ratio) {
+            return Err(file::invalid(
+                origin,
+                "telemetry.samplerRatio".into(),
+                format!("must be between 0 and 1, got {}", self.sampler_ratio),
+            ));
+        }
+        if self.metrics_export == MetricsExport::Otlp && self.otlp_endpoint.is_none() {
+            return Err(file::invalid(
+                origin,
+                "telemetry.metricsExport".into(),
+                "otlp needs telemetry.otlpEndpoint, where the metrics are pushed".into(),
+            ));
+        }
+        if self.metrics_interval_ms == 0 {
+            return Err(file::invalid(
+                origin,
+                "telemetry.metricsIntervalMs".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -422,6 +493,7 @@ impl Settings {
         settings.limits.check(origin)?;
         settings.identity.check(origin)?;
         settings.state.redis.check(origin)?;
+        settings.telemetry.check(origin)?;
         settings.check_approvers(origin)?;
         Ok(settings)
     }

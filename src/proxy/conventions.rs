@@ -17,6 +17,7 @@ use http::{Method, Version};
 use opentelemetry::KeyValue;
 
 use crate::proxy::server::Connection;
+use crate::proxy::upstream::Upstream;
 
 /// What the request itself tells the span.
 #[derive(Debug, Clone)]
@@ -157,9 +158,72 @@ impl Call<'_> {
     }
 }
 
+/// The client span of a request sent to the backend: its name and the conventions'
+/// attributes. `url.full` names no argument: a REST call's path is its route with each
+/// parameter `REDACTED`, and every query value is `REDACTED`.
+pub struct Outbound<'a> {
+    pub method: &'a Method,
+    pub path_and_query: &'a str,
+    /// REST: the contract's route (`url.template`).
+    pub route: Option<&'a str>,
+    /// MCP: the tool of the `tools/call`.
+    pub mcp_tool: Option<&'a str>,
+}
+
+impl Outbound<'_> {
+    pub fn span(&self, upstream: &Upstream) -> (String, Vec<KeyValue>) {
+        let method = static_method(self.method);
+        let name = match (self.mcp_tool, self.route) {
+            (Some(tool), _) => format!("tools/call {tool}"),
+            (None, Some(route)) => format!("{method} {route}"),
+            (None, None) => method.to_string(),
+        };
+        let (path, query) = match self.path_and_query.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (self.path_and_query, None),
+        };
+        let mut url = upstream.base();
+        match self.route {
+            Some(route) => url.push_str(&redacted_path(route)),
+            None => url.push_str(path),
+        }
+        if let Some(query) = query {
+            url.push('?');
+            url.push_str(&redacted_query(query));
+        }
+        let mut out = vec![
+            KeyValue::new("http.request.method", method),
+            KeyValue::new("server.address", upstream.host().to_string()),
+            KeyValue::new("server.port", i64::from(upstream.port())),
+            KeyValue::new("url.full", url),
+        ];
+        if let Some(route) = self.route {
+            out.push(KeyValue::new("url.template", route.to_string()));
+        }
+        if let Some(tool) = self.mcp_tool {
+            out.push(KeyValue::new("mcp.method.name", "tools/call"));
+            out.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
+            out.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
+        }
+        (name, out)
+    }
+}
+
+/// A query with each value `REDACTED`, its keys as they were.
+fn redacted_query(query: &str) -> String {
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) => format!("{key}=REDACTED"),
+            None => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 /// An HTTP method as a static string (no allocation per span); others `_OTHER`, as the
 /// conventions name a method they don't know.
-fn static_method(method: &Method) -> &'static str {
+pub fn static_method(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",
         Method::POST => "POST",
@@ -171,6 +235,14 @@ fn static_method(method: &Method) -> &'static str {
         Method::CONNECT => "CONNECT",
         Method::TRACE => "TRACE",
         _ => "_OTHER",
+    }
+}
+
+/// `https` when the request came over TLS.
+pub fn scheme(parts: &Parts) -> &'static str {
+    match parts.extensions.get::<Connection>() {
+        Some(connection) if connection.tls => "https",
+        _ => "http",
     }
 }
 
@@ -204,7 +276,7 @@ const MCP_METHODS: [&str; 24] = [
 
 /// A method the specification names, or `_OTHER`: a method name is the client's to
 /// choose, and every distinct one would be a new span name and series.
-fn bounded(method: &str) -> &'static str {
+pub fn bounded(method: &str) -> &'static str {
     MCP_METHODS
         .iter()
         .find(|known| **known == method)

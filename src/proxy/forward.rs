@@ -13,6 +13,7 @@
 
 use http::Response;
 use hyper::body::Incoming;
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,13 +24,16 @@ use crate::limits::Call;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
+use crate::proxy::conventions;
 use crate::proxy::exchange::{send_retrying, Exchange};
 use crate::proxy::gate::Gate;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::session;
 use crate::proxy::upstream::{failure_reject, Upstream};
 use crate::state::{self, admit::Admission, admit::Limits};
-use crate::telemetry::spans::CallSpan;
+use crate::telemetry::convention_metrics;
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::spans::{CallSpan, ClientSpan};
 use crate::vocab::{Code, Reject};
 
 /// A permitted call, ready to send.
@@ -40,10 +44,11 @@ pub struct Plan<'a> {
     /// The call as limits see it (agent, session, tool, arguments, idempotency key).
     pub call: &'a Call<'a>,
     pub exchange: Exchange,
-    /// The call's server span, and the name of the client span a send starts under it:
-    /// started only when the request is really sent, so a duplicate or a refusal has none.
+    /// The call's server span, parent of the client span a send starts: started only
+    /// when the request is really sent, so a duplicate or a refusal has none.
     pub parent: &'a CallSpan,
-    pub span_name: String,
+    /// An MCP `tools/call` (its client span and metric are MCP's), or a REST request.
+    pub mcp: bool,
     /// An idempotent call may be retried where its answer can't yet have been seen (a
     /// failed connect, a 503). MCP sends once: its answer may be a stream already
     /// relayed in part.
@@ -114,10 +119,14 @@ where
         call,
         mut exchange,
         parent,
-        span_name,
+        mcp,
         retry,
         live,
     } = plan;
+    let backend = Backend {
+        mcp,
+        method: conventions::static_method(&exchange.method),
+    };
     let mut state_failed_open = false;
     if contract.idempotent {
         let shared = gate
@@ -141,19 +150,27 @@ where
                 }
             }
         };
-        let span = gate
-            .tracing
-            .start_client(parent, span_name, &mut exchange.headers);
+        let span = start_client(gate, parent, contract, &mut exchange, mcp);
         let sent = Instant::now();
         let response = if retry {
             send_retrying(&gate.upstream, &exchange, contract.timeout).await
         } else {
             exchange.send_once(&gate.upstream, contract.timeout).await
         };
-        span.end(response.as_ref().ok().map(|r| r.status().as_u16()));
-        let response =
-            response.map_err(|f| Stopped::Failed(failure_reject(f, true, contract.timeout)))?;
-        gate.metrics.record_upstream(&contract.tool, sent.elapsed());
+        let response = response.map_err(|f| failure_reject(f, true, contract.timeout));
+        let (status, failure) = match &response {
+            Ok(response) => (Some(response.status().as_u16()), None),
+            Err(reject) => (None, Some(reject.code.as_str())),
+        };
+        span.end(status, failure);
+        backend.record(
+            &gate.metrics,
+            &contract.tool,
+            status,
+            failure,
+            sent.elapsed(),
+        );
+        let response = response.map_err(Stopped::Failed)?;
         return Ok(Forwarded {
             sent: Sent::Live { response, sent },
             shadowed,
@@ -174,9 +191,7 @@ where
     let claim = gate.shared.as_ref().map(|shared| shared.claim_for(call));
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
-        let span = gate
-            .tracing
-            .start_client(parent, span_name, &mut exchange.headers);
+        let span = start_client(gate, parent, contract, &mut exchange, mcp);
         let buffered = buffer(
             gate.upstream.clone(),
             exchange,
@@ -190,11 +205,12 @@ where
         async move {
             let sent = Instant::now();
             let settled = buffered.await;
-            metrics.record_upstream(&tool, sent.elapsed());
-            span.end(match &settled {
-                Settled::Answered(answer) => Some(answer.status.as_u16()),
-                Settled::Failed { .. } => None,
-            });
+            let (status, failure) = match &settled {
+                Settled::Answered(answer) => (Some(answer.status.as_u16()), None),
+                Settled::Failed { reject, .. } => (None, Some(reject.code.as_str())),
+            };
+            span.end(status, failure);
+            backend.record(&metrics, &tool, status, failure, sent.elapsed());
             // The one round trip after the call: its outcome, for other replicas'
             // duplicates. Not awaited here: this pod's own wait on it for nothing.
             if let Some((shared, claim)) = shared {
@@ -285,6 +301,70 @@ where
         }),
         Err(reject) if denied => Err(Stopped::Denied(reject)),
         Err(reject) => Err(Stopped::Failed(reject)),
+    }
+}
+
+/// The client span of a request about to be sent; its context goes into its headers.
+fn start_client(
+    gate: &Gate,
+    parent: &CallSpan,
+    contract: &Contract,
+    exchange: &mut Exchange,
+    mcp: bool,
+) -> ClientSpan {
+    let Exchange {
+        method,
+        path_and_query,
+        headers,
+        ..
+    } = exchange;
+    let describe = || {
+        conventions::Outbound {
+            method,
+            path_and_query,
+            route: contract
+                .http
+                .as_ref()
+                .filter(|_| !mcp)
+                .map(|(_, route)| route.as_str()),
+            mcp_tool: mcp.then_some(contract.tool.as_str()),
+        }
+        .span(&gate.upstream)
+    };
+    gate.tracing.start_client(parent, describe, headers)
+}
+
+/// What a backend request is, for the conventions' client metric.
+#[derive(Clone, Copy)]
+struct Backend {
+    mcp: bool,
+    method: &'static str,
+}
+
+impl Backend {
+    /// A request sent for `tool`: answered with `status`, or failed with `failure`.
+    fn record(
+        self,
+        metrics: &Metrics,
+        tool: &str,
+        status: Option<u16>,
+        failure: Option<&'static str>,
+        elapsed: Duration,
+    ) {
+        // The HTTP conventions' error.type of an answer is its status, when a 5xx.
+        let error_type = match (status, failure) {
+            (Some(status), _) if status >= 500 => Some(Cow::Owned(status.to_string())),
+            (Some(_), _) => None,
+            (None, failure) => Some(Cow::Borrowed(failure.unwrap_or("_OTHER"))),
+        };
+        let sent = match self.mcp {
+            true => convention_metrics::Sent::Mcp { tool, status },
+            false => convention_metrics::Sent::Http {
+                method: self.method,
+                status,
+            },
+        };
+        metrics.record_upstream(tool, &sent, error_type, elapsed);
     }
 }
 

@@ -7,6 +7,7 @@
 //! the metrics, the span and the audit line are made of.
 
 use http::{HeaderValue, Response};
+use std::borrow::Cow;
 use std::time::Instant;
 
 use crate::audit::record::ApprovalRef;
@@ -18,6 +19,7 @@ use crate::proxy::conventions;
 use crate::proxy::govern::Verdict;
 use crate::proxy::headers::{CODE, DECISION, REPLAYED};
 use crate::telemetry::attributes;
+use crate::telemetry::convention_metrics::Served;
 use crate::telemetry::metrics::{self, Metrics};
 use crate::telemetry::spans::CallSpan;
 use crate::vocab::{Args, Code, Decision, Reject};
@@ -46,6 +48,9 @@ pub struct Outcome {
     audited: bool,
     /// What the span needs of the request, kept only while the span is exported.
     request: Option<Box<conventions::Request>>,
+    /// The request's method and scheme, for the conventions' HTTP metric.
+    http_method: &'static str,
+    scheme: &'static str,
     /// MCP: what a message other than tools/call names (a prompt), for the span's name.
     target: Option<String>,
     /// REST: the route the call matched; the tool's description.
@@ -87,6 +92,8 @@ impl Outcome {
             replayed: false,
             audited,
             request: None,
+            http_method: "_OTHER",
+            scheme: "http",
             target: None,
             route: None,
             tool_description: None,
@@ -100,6 +107,8 @@ impl Outcome {
 
     /// The request the call came in, for the span.
     pub fn requested(&mut self, parts: &http::request::Parts) {
+        self.http_method = conventions::static_method(&parts.method);
+        self.scheme = conventions::scheme(parts);
         if self.span.is_recording() {
             self.request = Some(Box::new(conventions::Request::of(parts)));
         }
@@ -155,8 +164,9 @@ impl Outcome {
     /// the arguments' digest.
     pub fn proposed(&mut self, contract: &Contract, args: &Args) {
         let tool = contract.tool.as_str();
+        // The route labels the conventions' HTTP metric, so it is kept for every call.
+        self.route = contract.http.as_ref().map(|(_, route)| route.clone());
         if self.span.is_recording() {
-            self.route = contract.http.as_ref().map(|(_, route)| route.clone());
             self.tool_description = contract.description.clone();
         }
         self.tool = Some(tool.to_string());
@@ -269,6 +279,8 @@ impl Outcome {
         copy.mcp_method = self.mcp_method.clone();
         copy.call_id = self.call_id.clone();
         copy.request = self.request.clone();
+        copy.http_method = self.http_method;
+        copy.scheme = self.scheme;
         copy.target = self.target.clone();
         copy.route = self.route.clone();
         copy.tool_description = self.tool_description.clone();
@@ -298,12 +310,16 @@ impl Outcome {
     /// Ends the span with the call's outcome, and nothing else: for a streamed call whose
     /// stream ended without a refusal, its record being written already.
     pub fn close_span(&self) {
-        if !self.span.is_recording() {
+        // An unsampled call's span is exported only if it was refused (`sampleDenials`).
+        if !self.span.exports(self.decision == Decision::Deny) {
             return;
         }
-        // An error span: refused, or allowed but failed by the backend or the tool. A
-        // shadow-deny that ran fine is no error: the call did what it was asked, and its
-        // would-be code refused nothing.
+        self.end_span(self.error_type());
+    }
+
+    /// Refused, or allowed but failed by the backend. A shadow-deny that ran fine is
+    /// neither: the call did what it was asked, and its would-be code refused nothing.
+    fn refused_or_failed(&self) -> bool {
         let backend_failed = self.code.is_some_and(|c| {
             matches!(
                 c,
@@ -314,20 +330,41 @@ impl Outcome {
                     | Code::OutputContractViolation
             )
         });
-        let refused = self.decision == Decision::Deny || backend_failed;
-        let error_type = match self.code {
-            Some(code) if refused => Some(code.as_str()),
+        self.decision == Decision::Deny || backend_failed
+    }
+
+    /// The conventions' `error.type` of a failed call (its span, its metrics): the code,
+    /// or `tool_error` when the MCP tool failed as it saw it; `None` when all went well.
+    fn error_type(&self) -> Option<&'static str> {
+        match self.code {
+            Some(code) if self.refused_or_failed() => Some(code.as_str()),
             None if self.decision == Decision::Deny => Some("_OTHER"),
             _ if self.tool_error => Some("tool_error"),
             _ => None,
-        };
-        if let Some(code) = self.code.filter(|_| refused) {
-            self.span.event(
-                attributes::REFUSED,
-                vec![KeyValue::new(attributes::CODE, code.as_str())],
-            );
         }
-        self.end_span(error_type);
+    }
+
+    /// The request in the conventions' duration histograms, measured as its span is
+    /// named: an MCP message by its method, anything else as HTTP.
+    fn record_served(&self, metrics: &Metrics, elapsed: std::time::Duration) {
+        let tool = self.tool.as_deref();
+        let served = match self.mcp_method.as_deref() {
+            Some(method) => {
+                let method = conventions::bounded(method);
+                Served::Mcp {
+                    method,
+                    tool: tool.filter(|_| method == "tools/call"),
+                }
+            }
+            None => Served::Http {
+                method: self.http_method,
+                scheme: self.scheme,
+                route: self.route.as_deref(),
+                status: self.status,
+            },
+        };
+        let error_type = self.error_type().map(Cow::Borrowed);
+        metrics.record_served(&served, error_type, elapsed, tool);
     }
 
     /// The span's name and attributes (docs/observability.md); never argument values.
@@ -353,8 +390,12 @@ impl Outcome {
         if self.state_failed_open {
             attributes.push(KeyValue::new(attributes::STATE, FAILED_OPEN));
         }
+        let refused = self
+            .code
+            .filter(|_| self.refused_or_failed())
+            .map(Code::as_str);
         let Some(request) = &self.request else {
-            self.span.end(attributes, failed);
+            self.span.end(None, attributes, failed, refused);
             return;
         };
         let is_call = self.mcp_method.as_deref() == Some("tools/call");
@@ -375,8 +416,8 @@ impl Outcome {
             error_type,
         };
         call.attributes(&mut attributes);
-        self.span.set_name(call.name());
-        self.span.end(attributes, failed);
+        self.span
+            .end(Some(call.name()), attributes, failed, refused);
     }
 
     /// Stamps the response, counts the call and writes its audit record.
@@ -405,6 +446,7 @@ impl Outcome {
     pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
         self.close_span();
+        self.record_served(metrics, elapsed);
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,

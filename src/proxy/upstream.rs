@@ -72,6 +72,21 @@ impl Upstream {
         })
     }
 
+    /// The backend's host, as its URL names it (the conventions' `server.address`).
+    pub fn host(&self) -> &str {
+        self.authority.host()
+    }
+
+    /// The backend's port (`server.port`), 80 when its URL names none.
+    pub fn port(&self) -> u16 {
+        self.authority.port_u16().unwrap_or(80)
+    }
+
+    /// The URL every call's path is appended to: scheme, authority and path prefix.
+    pub fn base(&self) -> String {
+        format!("{}://{}{}", self.scheme, self.authority, self.prefix)
+    }
+
     /// The backend URI of a call's path and query; `None` if it isn't a valid one.
     fn uri(&self, path_and_query: &str) -> Option<Uri> {
         let path = if self.prefix.is_empty() {

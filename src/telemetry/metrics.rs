@@ -22,6 +22,8 @@ use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
 
+use super::convention_metrics::{self, ConventionMetrics, ErrorType, Sent, Served};
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
     pub tool: String,
@@ -65,6 +67,7 @@ struct ToolSeries {
     allowed: Counter,
     allowed_duration: Histogram,
     upstream_duration: Histogram,
+    conventions: convention_metrics::ToolSeries,
 }
 
 /// A shared-state operation's duration and error count: clones of the families' handles.
@@ -109,6 +112,8 @@ pub struct Metrics {
     pub approvals: Family<ApprovalLabels, Counter>,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
+    /// The semantic conventions' duration histograms.
+    pub conventions: ConventionMetrics,
 }
 
 impl Default for Metrics {
@@ -202,8 +207,10 @@ impl Metrics {
             "Human approvals by tool and outcome: requested, approved, denied, expired, used",
             approvals.clone(),
         );
+        let conventions = ConventionMetrics::register(&mut registry);
         Metrics {
             registry,
+            conventions,
             tools: RwLock::default(),
             calls,
             call_duration,
@@ -259,9 +266,39 @@ impl Metrics {
         }
     }
 
-    pub fn record_upstream(&self, tool: &str, elapsed: Duration) {
+    /// One request toolgate served, in the conventions' histograms (`tool`: the one it
+    /// called, whose kept series are used).
+    pub fn record_served(
+        &self,
+        served: &Served<'_>,
+        error_type: ErrorType,
+        elapsed: Duration,
+        tool: Option<&str>,
+    ) {
+        match tool {
+            Some(tool) => self.with_tool(tool, |series| {
+                self.conventions
+                    .served(served, error_type, elapsed, Some(&series.conventions))
+            }),
+            None => self.conventions.served(served, error_type, elapsed, None),
+        }
+    }
+
+    /// One request sent to the backend for `tool`: `toolgate_upstream_duration_seconds`
+    /// when it was answered, and the conventions' client histogram either way.
+    pub fn record_upstream(
+        &self,
+        tool: &str,
+        sent: &Sent<'_>,
+        error_type: ErrorType,
+        elapsed: Duration,
+    ) {
         self.with_tool(tool, |series| {
-            series.upstream_duration.observe(elapsed.as_secs_f64())
+            if sent.answered() {
+                series.upstream_duration.observe(elapsed.as_secs_f64());
+            }
+            self.conventions
+                .sent(sent, error_type, elapsed, &series.conventions)
         });
     }
 
@@ -298,6 +335,7 @@ impl Metrics {
                     tool: tool.to_string(),
                 })
                 .clone(),
+            conventions: convention_metrics::ToolSeries::default(),
         };
         let mut tools = self.tools.write().unwrap_or_else(PoisonError::into_inner);
         f(tools.entry(tool.into()).or_insert(series));
@@ -321,6 +359,70 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The conventions' histograms: their Prometheus names and labels, a tool's kept
+    /// series counting in the same series as the family, and other statuses beside it.
+    #[test]
+    fn convention_histograms_count_by_their_labels() {
+        let m = Metrics::new();
+        let served = |status| Served::Http {
+            method: "GET",
+            scheme: "http",
+            route: Some("/logs/{id}"),
+            status: Some(status),
+        };
+        for _ in 0..2 {
+            m.record_served(
+                &served(200),
+                None,
+                Duration::from_millis(3),
+                Some("read_logs"),
+            );
+        }
+        m.record_served(
+            &served(404),
+            None,
+            Duration::from_millis(3),
+            Some("read_logs"),
+        );
+        m.record_served(
+            &served(429),
+            Some("RATE_LIMITED".into()),
+            Duration::from_millis(1),
+            Some("read_logs"),
+        );
+        let call = Served::Mcp {
+            method: "tools/call",
+            tool: Some("get_order"),
+        };
+        m.record_served(&call, None, Duration::from_millis(2), Some("get_order"));
+        m.record_served(
+            &call,
+            Some("tool_error".into()),
+            Duration::from_millis(2),
+            Some("get_order"),
+        );
+        let list = Served::Mcp {
+            method: "tools/list",
+            tool: None,
+        };
+        m.record_served(&list, None, Duration::from_millis(1), None);
+        let text = m.encode();
+        for line in [
+            "# TYPE http_server_request_duration_seconds histogram",
+            "# UNIT http_server_request_duration_seconds seconds",
+            "http_server_request_duration_seconds_count{http_request_method=\"GET\",url_scheme=\"http\",http_route=\"/logs/{id}\",http_response_status_code=\"200\",error_type=\"\"} 2",
+            "http_server_request_duration_seconds_count{http_request_method=\"GET\",url_scheme=\"http\",http_route=\"/logs/{id}\",http_response_status_code=\"404\",error_type=\"\"} 1",
+            "http_server_request_duration_seconds_count{http_request_method=\"GET\",url_scheme=\"http\",http_route=\"/logs/{id}\",http_response_status_code=\"429\",error_type=\"RATE_LIMITED\"} 1",
+            "http_server_request_duration_seconds_bucket{le=\"0.005\",http_request_method=\"GET\"",
+            "mcp_server_operation_duration_seconds_count{mcp_method_name=\"tools/call\",gen_ai_tool_name=\"get_order\",error_type=\"\"} 1",
+            "mcp_server_operation_duration_seconds_count{mcp_method_name=\"tools/call\",gen_ai_tool_name=\"get_order\",error_type=\"tool_error\"} 1",
+            "mcp_server_operation_duration_seconds_count{mcp_method_name=\"tools/list\",gen_ai_tool_name=\"\",error_type=\"\"} 1",
+            "mcp_server_operation_duration_seconds_bucket{le=\"300.0\",mcp_method_name=\"tools/list\"",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
 
     #[test]
     fn exposes_the_design_names() {
@@ -380,8 +482,18 @@ mod tests {
             "RATE_LIMITED",
             Duration::from_millis(1),
         );
-        m.record_upstream("read_logs", Duration::from_millis(1));
-        m.record_upstream("read_logs", Duration::from_millis(2));
+        let sent = Sent::Http {
+            method: "GET",
+            status: Some(200),
+        };
+        m.record_upstream("read_logs", &sent, None, Duration::from_millis(1));
+        m.record_upstream("read_logs", &sent, None, Duration::from_millis(2));
+        let failed = Sent::Http {
+            method: "GET",
+            status: None,
+        };
+        let timeout = Some("BACKEND_TIMEOUT".into());
+        m.record_upstream("read_logs", &failed, timeout, Duration::from_secs(5));
         let text = m.encode();
         for line in [
             "toolgate_calls_total{tool=\"read_logs\",decision=\"allow\",code=\"OK\"} 3",
@@ -390,6 +502,8 @@ mod tests {
             "toolgate_call_duration_seconds_count{tool=\"read_logs\",decision=\"allow\"} 4",
             "toolgate_call_duration_seconds_count{tool=\"read_logs\",decision=\"deny\"} 1",
             "toolgate_upstream_duration_seconds_count{tool=\"read_logs\"} 2",
+            "http_client_request_duration_seconds_count{http_request_method=\"GET\",server_address=\"\",server_port=\"0\",http_response_status_code=\"200\",error_type=\"\"} 2",
+            "http_client_request_duration_seconds_count{http_request_method=\"GET\",server_address=\"\",server_port=\"0\",http_response_status_code=\"\",error_type=\"BACKEND_TIMEOUT\"} 1",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

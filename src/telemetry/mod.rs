@@ -2,7 +2,10 @@
 
 pub mod attributes;
 pub mod batch;
+pub mod convention_metrics;
 pub mod export;
 pub mod metrics;
+pub mod metrics_export;
+pub mod sampling;
 pub mod spans;
 pub mod trace;

@@ -157,7 +157,6 @@ async fn forward_call(
         timeout: contract.timeout,
     };
     let (path_and_query, headers) = forward::outbound(ex, &request);
-    let span_name = format!("tools/call {}", contract.tool);
     // The lead of a call that runs at most once streams its progress as it comes; a
     // batch element is collected whole.
     let live = !contract.idempotent && !split;
@@ -181,7 +180,7 @@ async fn forward_call(
             body: request.body,
         },
         parent: outcome.span(),
-        span_name,
+        mcp: true,
         retry: false,
     };
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer

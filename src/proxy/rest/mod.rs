@@ -101,18 +101,13 @@ pub async fn handle(
         body
     };
     let exchange = respond::exchange(&parts, body, &agent.id, session.as_deref(), &contract.tool);
-    let route = contract
-        .http
-        .as_ref()
-        .map_or(exchange.path_and_query.as_str(), |(_, t)| t.as_str());
-    let span_name = format!("{} {route}", exchange.method);
     let plan = Plan {
         contract,
         policy: verdict.policy,
         call: &limited,
         exchange,
         parent: outcome.span(),
-        span_name,
+        mcp: false,
         retry: true,
         live: false,
     };
