@@ -3,19 +3,19 @@
 #
 # Builds release binaries, starts on loopback a fast backend, nginx as a plain reverse
 # proxy, a bare pass-through proxy on toolgate's own hyper stack (the floor), and
-# toolgate twice (minimal and full), then drives each with the same wrk load (REST POST
-# with a ~1 KiB JSON body, and MCP tools/call, at concurrency 16 and 64), interleaving
-# targets and rounds so that machine noise hits them alike. Then an open-loop run at
-# 1,000 requests/s per target for added latency (and the target's CPU and context
-# switches per call there, where waking threads costs more than the work). Prints one
-# table (median of rounds):
+# toolgate minimal and full (and full's variants, knobs below), then drives each with
+# the same wrk load (REST POST with a ~1 KiB JSON body, and MCP tools/call, at
+# concurrency 16 and 64), interleaving targets and rounds so that machine noise hits
+# them alike. Then an open-loop run at 1,000 requests/s per target for added latency
+# (and the target's CPU and context switches per call there, where waking threads costs
+# more than the work). Prints one table (median of rounds):
 # requests/s, p50, p99, peak RSS and ratios against nginx, the bare proxy and the
 # backend alone; the CPU per call of each target and of the backend, OTLP sink and wrk
 # around it; and the targets, each ratio with the CPU per call it would allow.
 #
 # It installs wrk and nginx with apt-get when missing (it expects to run as root, as on
 # the project's machines). Everything it starts listens on 127.0.0.1 and is stopped on
-# exit. Whole run: about 7 minutes after the build. Knobs (environment):
+# exit. Whole run: about 10 minutes after the build. Knobs (environment):
 #   BENCH_ROUNDS=3  BENCH_SECONDS=4  BENCH_PACED_RATE=1000  BENCH_PACED_SECONDS=5
 #   BENCH_PACED_ROUNDS=3
 #   BENCH_PORT_BASE=18800  BENCH_KEEP=1 (keep the work folder)  BENCH_NO_BUILD=1
@@ -23,6 +23,13 @@
 #     ("full-before"), side by side with this one, to measure an optimization
 #   BENCH_REDIS=0: leave out "full-redis", the full profile with its state on a local
 #     redis-server (state.backend: redis; docs/state.md), measured with the others
+#   BENCH_APPROVAL=0: leave out "full-approval", the full profile whose grants also carry
+#     a human approval with a `when` that is false for every call of the load
+#     (bench/policies/full-approval.yaml), so no call is held: what a false approval
+#     condition costs
+#   BENCH_SAMPLED=0: leave out "full-sampled", the full profile with trace sampling at
+#     0.1 (sampler: parentbased_traceidratio; the load sends no traceparent, so about
+#     one call in ten is sampled)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -42,6 +49,8 @@ missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 with_redis=${BENCH_REDIS:-1}
+with_approval=${BENCH_APPROVAL:-1}
+with_sampled=${BENCH_SAMPLED:-1}
 [ "$with_redis" = 0 ] || command -v redis-server >/dev/null || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} (apt-get, as root)"
@@ -74,7 +83,11 @@ port_bare=$((base + 2))
 port_minimal=$((base + 3))
 port_full=$((base + 4))
 port_otlp=$((base + 5))
-ports_free "$base" $((base + 19)) BENCH_PORT_BASE
+# Each toolgate's admin listener is its port + 10: full-before 6 (16), full-approval
+# 7 (17), full-redis 8 (18) and redis 9, full-sampled 10 (20).
+port_full_approval=$((base + 7))
+port_full_sampled=$((base + 10))
+ports_free "$base" $((base + 20)) BENCH_PORT_BASE
 
 # --- servers --------------------------------------------------------------------------
 log "starting backend, nginx, bare proxy, OTLP sink, toolgate minimal and full in $work"
@@ -166,6 +179,19 @@ state: {backend: redis, redis: {url: 'redis://127.0.0.1:$port_redis/0'}}"
   pid_full_redis=${pids[-1]}
   wait_port "$port_full_redis"
 fi
+if [ "$with_approval" != 0 ]; then
+  # No approvers in the settings: the sidecar starts without them, and nothing is held.
+  start_toolgate full-approval "$port_full_approval" full-approval.yaml "audit: {path: $work/full-approval/audit.log}
+telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-approval}"
+  pid_full_approval=${pids[-1]}
+  wait_port "$port_full_approval"
+fi
+if [ "$with_sampled" != 0 ]; then
+  start_toolgate full-sampled "$port_full_sampled" full.yaml "audit: {path: $work/full-sampled/audit.log}
+telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-sampled, sampler: parentbased_traceidratio, samplerRatio: 0.1}"
+  pid_full_sampled=${pids[-1]}
+  wait_port "$port_full_sampled"
+fi
 
 export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
 BENCH_TASK=$("$kit" task-token --agent bench-bot)
@@ -173,10 +199,13 @@ export BENCH_TASK
 
 declare -A port=([direct]=$port_backend [nginx]=$port_nginx [bare]=$port_bare
   [minimal]=$port_minimal [full]=$port_full [full-before]=$port_before
-  [full-redis]=$port_full_redis)
+  [full-redis]=$port_full_redis [full-approval]=$port_full_approval
+  [full-sampled]=$port_full_sampled)
 targets=(direct nginx bare minimal full)
 [ -n "${BENCH_BEFORE:-}" ] && targets+=(full-before)
 [ "$with_redis" != 0 ] && targets+=(full-redis)
+[ "$with_approval" != 0 ] && targets+=(full-approval)
+[ "$with_sampled" != 0 ] && targets+=(full-sampled)
 
 # --- sanity: every target answers both loads with a real, allowed result ---------------
 check() { # target
@@ -211,7 +240,8 @@ rss_kib() { # pid [field]: the process's (and, for nginx, its workers') memory
 }
 declare -A pid=([direct]=$pid_backend [nginx]=$(cat "$work/nginx/nginx.pid") [bare]=$pid_bare
   [minimal]=$pid_minimal [full]=$pid_full [full-before]=${pid_before:-0}
-  [full-redis]=${pid_full_redis:-0})
+  [full-redis]=${pid_full_redis:-0} [full-approval]=${pid_full_approval:-0}
+  [full-sampled]=${pid_full_sampled:-0})
 results=$work/results.tsv
 : >"$results"
 for t in "${targets[@]}"; do

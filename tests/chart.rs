@@ -468,6 +468,73 @@ sidecar:
     assert_eq!(settings.sidecar.redis_password_secret, None);
 }
 
+/// `sidecar.telemetry` reaches every sidecar as the `TOOLGATE_TELEMETRY_*` variables its
+/// own settings load; values left empty or null stay the sidecar's defaults.
+#[test]
+fn telemetry_values_reach_every_sidecar() {
+    use toolgate::config::{MetricsExport, Settings, TraceSampler};
+    use toolgate::inject::sidecar::{self, PodFacts};
+
+    let settings = injector_settings(
+        r#"
+sidecar:
+  telemetry:
+    otlpEndpoint: "http://otel-collector.observability:4317"
+    sampler: parentbased_traceidratio
+    samplerRatio: 0.1
+    sampleDenials: false
+    metricsExport: otlp
+    metricsIntervalMs: 15000
+"#,
+    );
+    let telemetry: Vec<(&str, &str)> = settings
+        .sidecar
+        .env
+        .iter()
+        .filter(|(name, _)| name.starts_with("TOOLGATE_TELEMETRY_"))
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        telemetry,
+        [
+            ("TOOLGATE_TELEMETRY_METRICS_EXPORT", "otlp"),
+            ("TOOLGATE_TELEMETRY_METRICS_INTERVAL_MS", "15000"),
+            (
+                "TOOLGATE_TELEMETRY_OTLP_ENDPOINT",
+                "http://otel-collector.observability:4317"
+            ),
+            ("TOOLGATE_TELEMETRY_SAMPLER", "parentbased_traceidratio"),
+            ("TOOLGATE_TELEMETRY_SAMPLER_RATIO", "0.1"),
+            ("TOOLGATE_TELEMETRY_SAMPLE_DENIALS", "false"),
+        ]
+    );
+    let pod = PodFacts {
+        upstream_port: 8080,
+        service_name: None,
+    };
+    let vars = sidecar::container(&settings.sidecar, &pod)
+        .env
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)));
+    let telemetry = Settings::parse("sidecar", "", vars).unwrap().telemetry;
+    assert_eq!(telemetry.sampler, TraceSampler::ParentbasedTraceidratio);
+    assert_eq!(telemetry.sampler_ratio, 0.1);
+    assert!(!telemetry.sample_denials);
+    assert_eq!(telemetry.metrics_export, MetricsExport::Otlp);
+    assert_eq!(telemetry.metrics_interval_ms, 15_000);
+
+    // A ratio out of range is refused by the chart, before any pod.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = values_file(
+        dir.path(),
+        "bad.yaml",
+        "sidecar: {telemetry: {samplerRatio: 2}}",
+    );
+    let error = template(Some(&bad)).unwrap_err();
+    assert!(error.contains("samplerRatio"), "{error}");
+}
+
 /// With the memory backend the redis values set nothing: the injector's settings, and so
 /// the Deployment's config checksum, are the default render's, and no pod needs the
 /// password Secret.

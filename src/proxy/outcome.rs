@@ -66,6 +66,9 @@ pub struct Outcome {
     approval: Option<ApprovalRef>,
     /// With `captureArguments`: what the call's rules read besides `args`.
     inputs: Option<serde_json::Value>,
+    /// This outcome counts the request in the conventions' duration histograms; a
+    /// streamed call's passes it to its follow-up, which ends with the stream.
+    measured: bool,
 }
 
 /// `toolgate.state` and the audit record's `state` when limits failed open.
@@ -102,6 +105,7 @@ impl Outcome {
             state_failed_open: false,
             approval: None,
             inputs: None,
+            measured: true,
         }
     }
 
@@ -299,6 +303,8 @@ impl Outcome {
         copy.state_failed_open = self.state_failed_open;
         copy.approval = self.approval.clone();
         copy.inputs = self.inputs.clone();
+        // One request, measured once, with its final outcome: by the follow-up.
+        self.measured = false;
         copy
     }
 
@@ -307,9 +313,17 @@ impl Outcome {
         self.tool.as_deref()
     }
 
-    /// Ends the span with the call's outcome, and nothing else: for a streamed call whose
-    /// stream ended without a refusal, its record being written already.
-    pub fn close_span(&self) {
+    /// Ends the span with the call's outcome and counts the request in the conventions'
+    /// histograms (`metrics`), and nothing else: for a streamed call whose stream ended
+    /// without a refusal, its record being written already.
+    pub fn close(&self, metrics: &Metrics) {
+        if self.measured {
+            self.record_served(metrics, self.started.elapsed());
+        }
+        self.close_span();
+    }
+
+    fn close_span(&self) {
         // An unsampled call's span is exported only if it was refused (`sampleDenials`).
         if !self.span.exports(self.decision == Decision::Deny) {
             return;
@@ -445,8 +459,7 @@ impl Outcome {
     /// its own (one tools/call of an MCP batch).
     pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
-        self.close_span();
-        self.record_served(metrics, elapsed);
+        self.close(metrics);
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,

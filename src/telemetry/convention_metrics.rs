@@ -124,14 +124,14 @@ struct Instruments {
     mcp_client: OtelHistogram<f64>,
 }
 
-/// A successful call's kept series: the status (REST) and scheme they were made for, and
-/// the histogram. Set by the first successful call; one with another status is counted
-/// through the family.
+/// A successful call's kept series: the labels they were made for, and the histogram.
+/// Set by the tool's first successful call; a call whose labels differ (another status,
+/// or a route or method a policy reload changed) is counted through the family.
 #[derive(Debug, Default)]
 pub struct ToolSeries {
-    rest_server: OnceLock<(u16, &'static str, Histogram)>,
+    rest_server: OnceLock<(HttpServerLabels, Histogram)>,
     mcp_server: OnceLock<Histogram>,
-    rest_client: OnceLock<(u16, Histogram)>,
+    rest_client: OnceLock<(&'static str, u16, Histogram)>,
     mcp_client: OnceLock<Histogram>,
 }
 
@@ -255,15 +255,17 @@ impl ConventionMetrics {
                 };
                 match (kept, status, &error_type) {
                     (Some(kept), Some(status), None) => {
-                        let (kept_status, kept_scheme, histogram) =
-                            kept.rest_server.get_or_init(|| {
-                                (
-                                    status,
-                                    scheme,
-                                    self.http_server.get_or_create_owned(&labels()),
-                                )
-                            });
-                        if *kept_status == status && *kept_scheme == scheme {
+                        let (kept_labels, histogram) = kept.rest_server.get_or_init(|| {
+                            let labels = labels();
+                            let histogram = self.http_server.get_or_create_owned(&labels);
+                            (labels, histogram)
+                        });
+                        // Compared without building the labels: no allocation.
+                        let same = kept_labels.http_response_status_code == Some(status)
+                            && kept_labels.url_scheme == scheme
+                            && kept_labels.http_request_method == method
+                            && kept_labels.http_route.as_deref() == route;
+                        if same {
                             histogram.observe(seconds);
                         } else {
                             self.http_server.get_or_create(&labels()).observe(seconds);
@@ -340,10 +342,12 @@ impl ConventionMetrics {
                 };
                 match (status, &error_type) {
                     (Some(status), None) => {
-                        let (kept_status, histogram) = kept.rest_client.get_or_init(|| {
-                            (status, self.http_client.get_or_create_owned(&labels()))
-                        });
-                        if *kept_status == status {
+                        let (kept_method, kept_status, histogram) =
+                            kept.rest_client.get_or_init(|| {
+                                let histogram = self.http_client.get_or_create_owned(&labels());
+                                (method, status, histogram)
+                            });
+                        if *kept_status == status && *kept_method == method {
                             histogram.observe(seconds);
                         } else {
                             self.http_client.get_or_create(&labels()).observe(seconds);

@@ -1,9 +1,16 @@
-//! A real OTLP receiver: the opentelemetry-proto tonic `TraceService` on loopback, and an
-//! OTLP/HTTP endpoint decoding protobuf, both collecting every span they are sent.
+//! A real OTLP receiver: the opentelemetry-proto tonic `TraceService` and `MetricsService`
+//! on loopback, and an OTLP/HTTP endpoint decoding protobuf (`/v1/traces`,
+//! `/v1/metrics`), all collecting every span and metric they are sent.
 #![allow(dead_code)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -11,16 +18,25 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tonic::server::NamedService;
 
 #[derive(Clone, Default)]
 pub struct Collector {
     pub spans: Arc<Mutex<Vec<Span>>>,
+    /// Every metric of every export, in arrival order (a cumulative metric arrives again
+    /// with each export).
+    pub metrics: Arc<Mutex<Vec<Metric>>>,
+    /// The resource of each metrics export.
+    pub metric_resources: Arc<Mutex<Vec<Resource>>>,
 }
 
 #[tonic::async_trait]
@@ -36,7 +52,33 @@ impl TraceService for Collector {
     }
 }
 
+#[tonic::async_trait]
+impl MetricsService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.collect_metrics(request.into_inner());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
 impl Collector {
+    fn collect_metrics(&self, request: ExportMetricsServiceRequest) {
+        let mut metrics = self.metrics.lock().unwrap();
+        let mut resources = self.metric_resources.lock().unwrap();
+        for resource in request.resource_metrics {
+            if let Some(r) = resource.resource {
+                resources.push(r);
+            }
+            for scope in resource.scope_metrics {
+                metrics.extend(scope.metrics);
+            }
+        }
+    }
+
     fn collect(&self, request: ExportTraceServiceRequest) {
         let mut spans = self.spans.lock().unwrap();
         for resource in request.resource_spans {
@@ -51,7 +93,10 @@ impl Collector {
         let collector = Collector::default();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let service = TraceServiceServer::new(collector.clone());
+        let service = Otlp {
+            traces: TraceServiceServer::new(collector.clone()),
+            metrics: MetricsServiceServer::new(collector.clone()),
+        };
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .serve_with_incoming(
@@ -63,7 +108,7 @@ impl Collector {
         (collector, format!("http://{addr}"), task)
     }
 
-    /// OTLP/HTTP (protobuf) on loopback.
+    /// OTLP/HTTP (protobuf) on loopback: `/v1/traces` and `/v1/metrics`.
     pub async fn http() -> (Collector, SocketAddr) {
         let collector = Collector::default();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -77,16 +122,22 @@ impl Collector {
                         move |request: http::Request<hyper::body::Incoming>| {
                             let sink = sink.clone();
                             async move {
-                                assert_eq!(request.uri().path(), "/v1/traces");
                                 assert_eq!(
                                     request.headers()["content-type"],
                                     "application/x-protobuf"
                                 );
+                                let path = request.uri().path().to_string();
                                 let body = request.into_body().collect().await.unwrap().to_bytes();
-                                sink.collect(ExportTraceServiceRequest::decode(body).unwrap());
-                                Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(
-                                    Bytes::new(),
-                                )))
+                                let mut response = http::Response::new(Full::new(Bytes::new()));
+                                match path.as_str() {
+                                    "/v1/traces" => sink
+                                        .collect(ExportTraceServiceRequest::decode(body).unwrap()),
+                                    "/v1/metrics" => sink.collect_metrics(
+                                        ExportMetricsServiceRequest::decode(body).unwrap(),
+                                    ),
+                                    _ => *response.status_mut() = http::StatusCode::NOT_FOUND,
+                                }
+                                Ok::<_, std::convert::Infallible>(response)
                             }
                         },
                     );
@@ -117,17 +168,90 @@ impl Collector {
                 .collect::<Vec<_>>()
         );
     }
+
+    /// Waits until a metric named `name` arrives; the latest one of that name.
+    pub async fn wait_for_metric(&self, name: &str) -> Metric {
+        self.wait_for_metric_where(name, |_| true).await
+    }
+
+    /// Waits until a metric named `name` satisfying `pick` arrives; the latest such.
+    pub async fn wait_for_metric_where(
+        &self,
+        name: &str,
+        pick: impl Fn(&Metric) -> bool,
+    ) -> Metric {
+        for _ in 0..100 {
+            if let Some(metric) = self
+                .metrics
+                .lock()
+                .unwrap()
+                .iter()
+                .rev()
+                .find(|m| m.name == name && pick(m))
+            {
+                return metric.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "metric {name} never arrived as expected; got {:?}",
+            self.metrics
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|m| &m.name)
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
+/// The trace and metrics services on one gRPC server, routed by path (tonic's router
+/// needs its `router` feature, which this crate doesn't build).
+#[derive(Clone)]
+struct Otlp {
+    traces: TraceServiceServer<Collector>,
+    metrics: MetricsServiceServer<Collector>,
+}
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Otlp {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let metrics = <MetricsServiceServer<Collector> as NamedService>::NAME;
+        let path = request.uri().path();
+        if path
+            .strip_prefix('/')
+            .is_some_and(|p| p.starts_with(metrics))
+        {
+            self.metrics.call(request)
+        } else {
+            self.traces.call(request)
+        }
+    }
 }
 
 /// An attribute's value as text.
 pub fn attr(span: &Span, key: &str) -> Option<String> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
+    kv(&span.attributes, key)
+}
+
+/// The value of `key` among `attributes` (a span's, a data point's, a resource's), as text.
+pub fn kv(attributes: &[KeyValue], key: &str) -> Option<String> {
+    attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
             AnyValue::StringValue(s) => Some(s.clone()),
             AnyValue::IntValue(i) => Some(i.to_string()),
             AnyValue::BoolValue(b) => Some(b.to_string()),
             other => Some(format!("{other:?}")),
-        })
+        }
+    })
 }

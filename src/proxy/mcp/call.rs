@@ -254,7 +254,7 @@ impl Drop for FollowUp {
         let (Some((flight, deadline, timeout)), Ok(runtime)) =
             (self.watch.take(), tokio::runtime::Handle::try_current())
         else {
-            return outcome.close_span();
+            return outcome.close(&self.gate.metrics);
         };
         // The stream went before the call's outcome reached it: a failure of the call
         // that ran is still recorded, as it would have been in the stream.
@@ -263,7 +263,7 @@ impl Drop for FollowUp {
             let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
             let failed = match flight.outcome(wait).await.as_deref() {
                 Some(Settled::Failed { reject, .. }) => reject.clone(),
-                Some(Settled::Answered(_)) => return outcome.close_span(),
+                Some(Settled::Answered(_)) => return outcome.close(&gate.metrics),
                 // What the lead would have been told at its timeout.
                 None => unknown_outcome(
                     timeout,
