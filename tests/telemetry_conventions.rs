@@ -1571,3 +1571,104 @@ fn bad_sampling_and_export_settings_are_refused() {
     assert_eq!(s.telemetry.metrics_export, MetricsExport::Otlp);
     assert_eq!(s.telemetry.metrics_interval_ms, 200);
 }
+
+/// A 4xx answer fails the client request, as the HTTP conventions have a client see it:
+/// its span is ERROR with the status as `error.type`, and so is its metric's series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_4xx_answer_is_a_failed_client_request() {
+    let (collector, _server, backend, h) = rest_exporting(|_| {}).await;
+    let port = backend.addr.port();
+    let r = h.call("GET", "/missing/7", Some(OPS_TOKEN), &[], "").await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let missing = collector
+        .wait_for(|s| s.kind == 3 && s.name == "GET /missing/{id}")
+        .await;
+    assert_eq!(
+        attr(&missing, "http.response.status_code").as_deref(),
+        Some("404")
+    );
+    assert_eq!(attr(&missing, "error.type").as_deref(), Some("404"));
+    assert_eq!(missing.status.as_ref().map(|s| s.code), Some(2));
+    let (_, text) = h.get_admin("/metrics").await;
+    assert_line(
+        &text,
+        &format!(
+            "http_client_request_duration_seconds_count{{http_request_method=\"GET\",server_address=\"127.0.0.1\",server_port=\"{port}\",http_response_status_code=\"404\",error_type=\"404\"}} 1"
+        ),
+    );
+    h.stop().await;
+}
+
+/// A non-idempotent call's answer is buffered and settled for its duplicates; a 503
+/// settles as a failure, yet it was an answer: the client metric and span keep its
+/// status, as the idempotent path's do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buffered_503_keeps_its_status() {
+    let (collector, endpoint, _server) = Collector::grpc().await;
+    let backend = Backend::start(std::sync::Arc::new(|_: &Seen| {
+        (503, vec![], String::new(), Duration::ZERO)
+    }))
+    .await;
+    let port = backend.addr.port();
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    let body = r#"{"project_key": "OPS", "title": "disk full"}"#;
+    let r = h.call("POST", "/issues", Some(OPS_TOKEN), &[], body).await;
+    r.assert_refused("BACKEND_UNAVAILABLE", 503);
+    let sent = collector
+        .wait_for(|s| s.kind == 3 && s.name == "POST /issues")
+        .await;
+    assert_eq!(
+        attr(&sent, "http.response.status_code").as_deref(),
+        Some("503")
+    );
+    assert_eq!(attr(&sent, "error.type").as_deref(), Some("503"));
+    let (_, text) = h.get_admin("/metrics").await;
+    assert_line(
+        &text,
+        &format!(
+            "http_client_request_duration_seconds_count{{http_request_method=\"POST\",server_address=\"127.0.0.1\",server_port=\"{port}\",http_response_status_code=\"503\",error_type=\"503\"}} 1"
+        ),
+    );
+    // An answer, timed in toolgate's own upstream histogram too.
+    assert_line(
+        &text,
+        "toolgate_upstream_duration_seconds_count{tool=\"create_issue\"} 1",
+    );
+    h.stop().await;
+}
+
+/// `sampleDenials` exports every failed call's span, not only refusals: an unsampled call
+/// the backend failed has its server span, with its code, and no client span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsampled_backend_failure_is_exported() {
+    let (collector, _server, _backend, h) = rest_exporting(|t| {
+        t.sampler = TraceSampler::ParentbasedTraceidratio;
+        t.sampler_ratio = 0.0;
+    })
+    .await;
+    let r = h.call("GET", "/reports/7", Some(OPS_TOKEN), &[], "").await;
+    r.assert_refused("BACKEND_ERROR", 502);
+    let trace = r.json["error"]["traceId"].as_str().unwrap().to_string();
+    let failed = collector
+        .wait_for(|s| s.kind == 2 && s.name == "GET /reports/{id}")
+        .await;
+    assert_eq!(hex::encode(&failed.trace_id), trace);
+    assert_eq!(
+        attr(&failed, "error.type").as_deref(),
+        Some("BACKEND_ERROR")
+    );
+    assert_eq!(attr(&failed, "toolgate.decision").as_deref(), Some("allow"));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        client_spans(&collector).is_empty(),
+        "no client span was built for an unsampled send"
+    );
+    h.stop().await;
+}

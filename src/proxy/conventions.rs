@@ -209,13 +209,15 @@ impl Outbound<'_> {
     }
 }
 
-/// A query with each value `REDACTED`, its keys as they were.
+/// A query with each value `REDACTED`, its keys as they were (a part with no `=` is a
+/// value of sorts too, and is redacted whole).
 fn redacted_query(query: &str) -> String {
     query
         .split('&')
         .map(|pair| match pair.split_once('=') {
             Some((key, _)) => format!("{key}=REDACTED"),
-            None => pair.to_string(),
+            None if pair.is_empty() => String::new(),
+            None => "REDACTED".to_string(),
         })
         .collect::<Vec<_>>()
         .join("&")

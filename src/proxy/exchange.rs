@@ -115,6 +115,14 @@ pub async fn send_retrying(
     }
 }
 
+/// What a buffered send came to: the outcome its duplicates share, and the HTTP status
+/// the backend answered with, if it answered at all (a 503 settles as a failure, yet was
+/// an answer: the client span and metric name its status).
+pub struct Received {
+    pub settled: Settled,
+    pub status: Option<u16>,
+}
+
 /// Sends a non-idempotent call once and buffers its answer. `deadline` bounds the whole
 /// exchange; it runs detached from the request, so give it the dedupe window, not the
 /// tool's timeout.
@@ -123,7 +131,7 @@ pub async fn send_buffered(
     exchange: Exchange,
     deadline: Duration,
     max_bytes: usize,
-) -> Settled {
+) -> Received {
     let started = Instant::now();
     let response = match exchange.send(&upstream, deadline).await {
         Ok(response) => response,
@@ -132,12 +140,30 @@ pub async fn send_buffered(
                 Failure::Unavailable => Ran::No,
                 Failure::Broken | Failure::TimedOut => Ran::Maybe,
             };
-            return Settled::Failed {
+            let settled = Settled::Failed {
                 reject: failure_reject(failure, false, deadline),
                 ran,
             };
+            return Received {
+                settled,
+                status: None,
+            };
         }
     };
+    let status = response.status();
+    Received {
+        settled: settle(response, started, deadline, max_bytes).await,
+        status: Some(status.as_u16()),
+    }
+}
+
+/// The outcome of an answer the backend began: kept whole, or why not.
+async fn settle(
+    response: Response<Incoming>,
+    started: Instant,
+    deadline: Duration,
+    max_bytes: usize,
+) -> Settled {
     let status = response.status();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         // The backend refused the call before running it: a retry may run it.
@@ -285,7 +311,8 @@ mod tests {
             Duration::from_secs(5),
             1024,
         )
-        .await;
+        .await
+        .settled;
         assert!(matches!(settled, Settled::Failed { ran: Ran::No, .. }));
         assert_eq!(seen.load(Ordering::SeqCst), 1);
         let settled = send_buffered(
@@ -294,7 +321,8 @@ mod tests {
             Duration::from_secs(5),
             1024,
         )
-        .await;
+        .await
+        .settled;
         let Settled::Answered(answer) = settled else {
             panic!("expected an answer");
         };
@@ -315,7 +343,8 @@ mod tests {
             Duration::from_secs(5),
             1024,
         )
-        .await;
+        .await
+        .settled;
         assert!(matches!(settled, Settled::Failed { ran: Ran::No, .. }));
     }
 }

@@ -25,13 +25,13 @@ use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
 use crate::proxy::conventions;
-use crate::proxy::exchange::{send_retrying, Exchange};
+use crate::proxy::exchange::{send_retrying, Exchange, Received};
 use crate::proxy::gate::Gate;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::session;
 use crate::proxy::upstream::{failure_reject, Upstream};
 use crate::state::{self, admit::Admission, admit::Limits};
-use crate::telemetry::convention_metrics;
+use crate::telemetry::convention_metrics::{self, ErrorType};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::{CallSpan, ClientSpan};
 use crate::vocab::{Code, Reject};
@@ -111,7 +111,7 @@ pub enum Stopped {
 pub async fn forward<B, F>(gate: &Gate, plan: Plan<'_>, buffer: B) -> Result<Forwarded, Stopped>
 where
     B: FnOnce(Upstream, Exchange, Duration, usize) -> F,
-    F: Future<Output = Settled> + Send + 'static,
+    F: Future<Output = Received> + Send + 'static,
 {
     let Plan {
         contract,
@@ -162,12 +162,13 @@ where
             Ok(response) => (Some(response.status().as_u16()), None),
             Err(reject) => (None, Some(reject.code.as_str())),
         };
-        span.end(status, failure);
+        let error_type = client_error_type(status, failure);
+        span.end(status, error_type.as_deref());
         backend.record(
             &gate.metrics,
             &contract.tool,
             status,
-            failure,
+            error_type,
             sent.elapsed(),
         );
         let response = response.map_err(Stopped::Failed)?;
@@ -204,13 +205,14 @@ where
         let ownership = ownership.lock().ok().and_then(|mut o| o.take());
         async move {
             let sent = Instant::now();
-            let settled = buffered.await;
-            let (status, failure) = match &settled {
-                Settled::Answered(answer) => (Some(answer.status.as_u16()), None),
-                Settled::Failed { reject, .. } => (None, Some(reject.code.as_str())),
+            let Received { settled, status } = buffered.await;
+            let failure = match &settled {
+                Settled::Answered(_) => None,
+                Settled::Failed { reject, .. } => Some(reject.code.as_str()),
             };
-            span.end(status, failure);
-            backend.record(&metrics, &tool, status, failure, sent.elapsed());
+            let error_type = client_error_type(status, failure);
+            span.end(status, error_type.as_deref());
+            backend.record(&metrics, &tool, status, error_type, sent.elapsed());
             // The one round trip after the call: its outcome, for other replicas'
             // duplicates. Not awaited here: this pod's own wait on it for nothing.
             if let Some((shared, claim)) = shared {
@@ -334,6 +336,18 @@ fn start_client(
     gate.tracing.start_client(parent, describe, headers)
 }
 
+/// A backend request's `error.type` as the HTTP conventions give a client's: the status of
+/// a 4xx or 5xx answer, else the code of what failed (no answer, or one that broke the
+/// contract); `None` when it went well.
+pub fn client_error_type(status: Option<u16>, failure: Option<&'static str>) -> ErrorType {
+    match (status, failure) {
+        (Some(status), _) if status >= 400 => Some(Cow::Owned(status.to_string())),
+        (_, Some(code)) => Some(Cow::Borrowed(code)),
+        (Some(_), None) => None,
+        (None, None) => Some(Cow::Borrowed("_OTHER")),
+    }
+}
+
 /// What a backend request is, for the conventions' client metric.
 #[derive(Clone, Copy)]
 struct Backend {
@@ -342,21 +356,16 @@ struct Backend {
 }
 
 impl Backend {
-    /// A request sent for `tool`: answered with `status`, or failed with `failure`.
+    /// A request sent for `tool`: answered with `status` (if it was), failed as
+    /// `error_type` says (if it did).
     fn record(
         self,
         metrics: &Metrics,
         tool: &str,
         status: Option<u16>,
-        failure: Option<&'static str>,
+        error_type: ErrorType,
         elapsed: Duration,
     ) {
-        // The HTTP conventions' error.type of an answer is its status, when a 5xx.
-        let error_type = match (status, failure) {
-            (Some(status), _) if status >= 500 => Some(Cow::Owned(status.to_string())),
-            (Some(_), _) => None,
-            (None, failure) => Some(Cow::Borrowed(failure.unwrap_or("_OTHER"))),
-        };
         let sent = match self.mcp {
             true => convention_metrics::Sent::Mcp { tool, status },
             false => convention_metrics::Sent::Http {

@@ -324,11 +324,13 @@ impl Outcome {
     }
 
     fn close_span(&self) {
-        // An unsampled call's span is exported only if it was refused (`sampleDenials`).
-        if !self.span.exports(self.decision == Decision::Deny) {
+        // An unsampled call's span is exported only if it failed (`sampleDenials`):
+        // refused, failed by the backend, or failed as its tool saw it.
+        let error_type = self.error_type();
+        if !self.span.exports(error_type.is_some()) {
             return;
         }
-        self.end_span(self.error_type());
+        self.end_span(error_type);
     }
 
     /// Refused, or allowed but failed by the backend. A shadow-deny that ran fine is

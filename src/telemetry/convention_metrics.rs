@@ -300,17 +300,21 @@ impl ConventionMetrics {
         kept: &ToolSeries,
     ) {
         let seconds = elapsed.as_secs_f64();
-        let (address, port) = self
-            .backend
-            .get()
-            .cloned()
-            .unwrap_or_else(|| (Arc::from(""), 0));
+        let (address, port) = match self.backend.get() {
+            Some((address, port)) => (Some(address), *port),
+            None => (None, 0),
+        };
+        // Cloned only to build a label set, not for a kept series' call.
+        let owned_address = || address.cloned().unwrap_or_else(|| Arc::from(""));
         if let Some(otlp) = self.otlp.get() {
             let mut attributes = Vec::with_capacity(5);
             let instrument = match *sent {
                 Sent::Http { method, status } => {
                     attributes.push(KeyValue::new("http.request.method", method));
-                    attributes.push(KeyValue::new("server.address", address.to_string()));
+                    attributes.push(KeyValue::new(
+                        "server.address",
+                        address.map_or_else(String::new, |a| a.to_string()),
+                    ));
                     attributes.push(KeyValue::new("server.port", i64::from(port)));
                     if let Some(status) = status {
                         attributes.push(KeyValue::new(
@@ -335,7 +339,7 @@ impl ConventionMetrics {
             Sent::Http { method, status } => {
                 let labels = || HttpClientLabels {
                     http_request_method: method,
-                    server_address: address.clone(),
+                    server_address: owned_address(),
                     server_port: port,
                     http_response_status_code: status,
                     error_type: error_type.clone(),

@@ -98,10 +98,16 @@ impl IdGenerator for PresetTraceIds {
 /// Runs `build` (which starts one span) so that a root span it starts takes `trace_id`.
 /// Span building is synchronous, so the id is taken on this thread or cleared after.
 pub fn with_trace_id<T>(trace_id: TraceId, build: impl FnOnce() -> T) -> T {
+    /// Clears the preset however `build` ends, unwinding included.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            PRESET.set(None);
+        }
+    }
     PRESET.set(Some(trace_id));
-    let built = build();
-    PRESET.set(None);
-    built
+    let _clear = Clear;
+    build()
 }
 
 /// A fresh span id, for the `traceparent` an unsampled call sends the backend.

@@ -148,7 +148,7 @@ impl Tracing {
             }
             Some(decision) => {
                 let span = match exporting.sampling.sample_denials {
-                    true => Exported::IfRefused(Box::new(Unsampled {
+                    true => Exported::IfFailed(Box::new(Unsampled {
                         exporting: exporting.clone(),
                         parent,
                         started: SystemTime::now(),
@@ -235,8 +235,8 @@ enum Exported {
     /// Nothing is exported, or the span ended elsewhere (`detached`).
     No,
     Sampled(Context),
-    /// Not sampled: built at the end if the call is refused (`sampleDenials`).
-    IfRefused(Box<Unsampled>),
+    /// Not sampled: built at the end if the call fails (`sampleDenials`).
+    IfFailed(Box<Unsampled>),
 }
 
 /// What building an unsampled call's span at its end takes.
@@ -268,12 +268,13 @@ impl CallSpan {
         !matches!(self.span, Exported::No)
     }
 
-    /// Whether the span is exported, given whether the call was refused.
-    pub fn exports(&self, refused: bool) -> bool {
+    /// Whether the span is exported, given whether the call failed (was refused, or
+    /// failed in the backend or its tool).
+    pub fn exports(&self, failed: bool) -> bool {
         match self.span {
             Exported::No => false,
             Exported::Sampled(_) => true,
-            Exported::IfRefused(_) => refused,
+            Exported::IfFailed(_) => failed,
         }
     }
 
@@ -311,8 +312,8 @@ impl CallSpan {
                 }
                 span.end();
             }
-            Exported::IfRefused(unsampled) => {
-                // The caller asks only for a refused call's (`exports`).
+            Exported::IfFailed(unsampled) => {
+                // The caller asks only for a failed call's (`exports`).
                 if unsampled.ended.swap(true, Ordering::AcqRel) {
                     return;
                 }
@@ -340,23 +341,20 @@ pub struct ClientSpan {
 }
 
 impl ClientSpan {
-    /// Ends the span with the backend's status, or `failure` (a code) when none came;
-    /// a 5xx or a failure sets `error.type` as the HTTP conventions say.
-    pub fn end(self, status: Option<u16>, failure: Option<&'static str>) {
+    /// Ends the span with the backend's status, and `error` (its `error.type`: the
+    /// status of a 4xx or 5xx, the failure's code) when the request failed.
+    pub fn end(self, status: Option<u16>, error: Option<&str>) {
         if let Some(cx) = self.cx {
             let span = cx.span();
-            match status {
-                Some(code) => {
-                    span.set_attribute(KeyValue::new("http.response.status_code", code as i64));
-                    if code >= 500 {
-                        span.set_attribute(KeyValue::new("error.type", code.to_string()));
-                        span.set_status(Status::error("backend error"));
-                    }
-                }
-                None => {
-                    span.set_attribute(KeyValue::new("error.type", failure.unwrap_or("_OTHER")));
-                    span.set_status(Status::error("no response"));
-                }
+            if let Some(code) = status {
+                span.set_attribute(KeyValue::new("http.response.status_code", code as i64));
+            }
+            if let Some(error) = error {
+                span.set_attribute(KeyValue::new("error.type", error.to_string()));
+                span.set_status(Status::error(match status {
+                    Some(_) => "backend error",
+                    None => "no response",
+                }));
             }
             span.end();
         }

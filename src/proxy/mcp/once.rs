@@ -8,7 +8,8 @@
 //! honoured.
 
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
+use hyper::body::Incoming;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use super::live::Tap;
 use super::reply::Refusal;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::policy::contract::Contract;
-use crate::proxy::exchange::Exchange;
+use crate::proxy::exchange::{Exchange, Received};
 use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
 use crate::vocab::{Code, Recovery, Reject};
 
@@ -52,8 +53,8 @@ pub async fn collect(
     id: Value,
     window: Duration,
     max: usize,
-    mut tap: Option<Tap>,
-) -> Settled {
+    tap: Option<Tap>,
+) -> Received {
     let deadline = tokio::time::Instant::now() + window;
     let response = match exchange.send_once(&upstream, window).await {
         Ok(response) => response,
@@ -63,12 +64,32 @@ pub async fn collect(
             } else {
                 Ran::Maybe
             };
-            return Settled::Failed {
+            let settled = Settled::Failed {
                 reject: failure_reject(failure, false, window),
                 ran,
             };
+            return Received {
+                settled,
+                status: None,
+            };
         }
     };
+    let status = response.status();
+    Received {
+        settled: settle(response, id, window, deadline, max, tap).await,
+        status: Some(status.as_u16()),
+    }
+}
+
+/// The outcome of an answer the backend began: its JSON-RPC response, or why not.
+async fn settle(
+    response: Response<Incoming>,
+    id: Value,
+    window: Duration,
+    deadline: tokio::time::Instant,
+    max: usize,
+    mut tap: Option<Tap>,
+) -> Settled {
     let status = response.status();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         // Refused before it ran: a retry may run it.
