@@ -212,6 +212,30 @@ async fn rest_exporting(
     (collector, server, backend, h)
 }
 
+/// A sidecar in front of the in-test MCP backend, with its policies.
+async fn mcp_harness(backend: &McpBackend) -> Harness {
+    Harness::start(
+        backend.addr,
+        Options {
+            policies: MCP_POLICIES.into(),
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+/// No series of `families` has a label value holding any of `leaks` (agent ids,
+/// argument values, names an agent made up).
+fn assert_no_label_holds(text: &str, families: &[&str], leaks: &[&str]) {
+    for family in families {
+        for line in samples(text, family) {
+            for leak in leaks {
+                assert!(!line.contains(leak), "{leak:?} in a label: {line}");
+            }
+        }
+    }
+}
+
 /// The same in front of the in-test MCP backend.
 async fn mcp_exporting(
     tweak: impl FnOnce(&mut Telemetry) + 'static,
@@ -371,24 +395,22 @@ async fn rest_traffic_fills_the_http_convention_histograms() {
             && counts(&text, "mcp_client_operation_duration_seconds").is_empty(),
         "no MCP traffic, no MCP series"
     );
-    for family in [
-        "http_server_request_duration_seconds",
-        "http_client_request_duration_seconds",
-    ] {
-        for line in samples(&text, family) {
-            for leak in [
-                "ops-bot",
-                "retired-bot",
-                "orders",
-                "payments",
-                "OPS",
-                "disk",
-                "secret-path",
-            ] {
-                assert!(!line.contains(leak), "{leak:?} in a label: {line}");
-            }
-        }
-    }
+    assert_no_label_holds(
+        &text,
+        &[
+            "http_server_request_duration_seconds",
+            "http_client_request_duration_seconds",
+        ],
+        &[
+            "ops-bot",
+            "retired-bot",
+            "orders",
+            "payments",
+            "OPS",
+            "disk",
+            "secret-path",
+        ],
+    );
     h.stop().await;
 }
 
@@ -398,14 +420,7 @@ async fn rest_traffic_fills_the_http_convention_histograms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_traffic_fills_the_mcp_convention_histograms() {
     let backend = McpBackend::start().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies: MCP_POLICIES.into(),
-            ..Options::default()
-        },
-    )
-    .await;
+    let h = mcp_harness(&backend).await;
     let r = mcp(&h, &rpc(1, "initialize", json!({}))).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let r = mcp(&h, &rpc(2, "tools/list", json!({}))).await;
@@ -494,22 +509,20 @@ async fn mcp_traffic_fills_the_mcp_convention_histograms() {
         "{:#?}",
         counts(&text, "http_client_request_duration_seconds")
     );
-    for family in [
-        "mcp_server_operation_duration_seconds",
-        "mcp_client_operation_duration_seconds",
-    ] {
-        for line in samples(&text, family) {
-            for leak in [
-                "ops-bot",
-                "SEC",
-                "hush-1234",
-                "made_up_tool_9f3",
-                "secret_method_77",
-            ] {
-                assert!(!line.contains(leak), "{leak:?} in a label: {line}");
-            }
-        }
-    }
+    assert_no_label_holds(
+        &text,
+        &[
+            "mcp_server_operation_duration_seconds",
+            "mcp_client_operation_duration_seconds",
+        ],
+        &[
+            "ops-bot",
+            "SEC",
+            "hush-1234",
+            "made_up_tool_9f3",
+            "secret_method_77",
+        ],
+    );
     h.stop().await;
 }
 
@@ -518,14 +531,7 @@ async fn mcp_traffic_fills_the_mcp_convention_histograms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_calls_in_a_batch_are_mcp_operations_each() {
     let backend = McpBackend::start().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies: MCP_POLICIES.into(),
-            ..Options::default()
-        },
-    )
-    .await;
+    let h = mcp_harness(&backend).await;
     let batch = format!(
         "[{},{},{}]",
         tool_call(1, "read_logs", json!({})),
@@ -611,14 +617,7 @@ async fn a_reloaded_route_labels_its_successful_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_refused_stream_is_one_mcp_operation() {
     let backend = McpBackend::start().await;
-    let h = Harness::start(
-        backend.addr,
-        Options {
-            policies: MCP_POLICIES.into(),
-            ..Options::default()
-        },
-    )
-    .await;
+    let h = mcp_harness(&backend).await;
     let r = mcp(&h, &tool_call(1, "slow_stream_short", json!({}))).await;
     assert_eq!(r.status, 200);
     assert!(r.text.contains("BACKEND_TIMEOUT"), "{}", r.text);
