@@ -18,6 +18,12 @@ pub struct Report {
 }
 
 pub fn check(paths: &[PathBuf]) -> Report {
+    compile(paths).1
+}
+
+/// The manifests at `paths` compiled as `check` lints them, and what it found: for a tool
+/// that needs the compiled policy too (`toolgate replay`).
+pub fn compile(paths: &[PathBuf]) -> (Snapshot, Report) {
     let scan = files::scan(paths);
     let (objects, mut errors) = files::parse(&scan);
     // Shadow allowed: `check` reports problems, not what one sidecar's settings honour.
@@ -25,12 +31,13 @@ pub fn check(paths: &[PathBuf]) -> Report {
         allow_shadow: true,
         pod_labels: None,
     };
-    let (snapshot, build_errors) = Snapshot::build(&objects, &options, 0);
+    let (mut snapshot, build_errors) = Snapshot::build(&objects, &options, 0);
     errors.extend(build_errors);
-    Report {
+    let report = Report {
         files: scan.files.len(),
         objects: objects.len(),
         errors,
-        warnings: snapshot.unserved,
-    }
+        warnings: std::mem::take(&mut snapshot.unserved),
+    };
+    (snapshot, report)
 }

@@ -485,6 +485,10 @@ async fn with_redis_any_pod_decides_and_any_pod_runs_it_once() {
         a.text,
         b.text
     );
+    // The other finds the approval used, and is held anew under a fresh one.
+    let loser = if a.status == 201 { &b } else { &a };
+    assert_eq!(loser.status, 202, "{}", loser.text);
+    assert_ne!(approval_id(loser), id, "a used approval is never reused");
     let shown = show(&pods[0], &id).await;
     assert_eq!(shown.json["status"], "used");
     assert_eq!(decide(&pods[0], &id, "deny").await.status, 409);

@@ -745,8 +745,8 @@ async fn a_slow_redis_or_a_tls_mismatch_is_unavailable_not_a_hang() {
     wait_until_connected(&pod).await;
     // Redis busy for 2 s: every round trip runs past timeoutMs.
     let port = server.port;
-    let sleeper = std::thread::spawn(move || redis::cli(port, &["debug", "sleep", "2"]));
-    std::thread::sleep(Duration::from_millis(200));
+    let sleeper = tokio::task::spawn_blocking(move || redis::cli(port, &["debug", "sleep", "2"]));
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
     let r = pod
         .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
@@ -767,7 +767,7 @@ async fn a_slow_redis_or_a_tls_mismatch_is_unavailable_not_a_hang() {
         "bounded by timeoutMs, not by Redis: {:?}",
         started.elapsed()
     );
-    sleeper.join().unwrap();
+    sleeper.await.unwrap();
     assert_eq!(created.load(Ordering::SeqCst), 0);
 
     // rediss:// against a server that doesn't speak TLS: unavailable, never forwarded.

@@ -184,6 +184,51 @@ impl<'k> Verifier<'k> {
     }
 }
 
+/// An audit log's lines, read with memory bounded by [`MAX_LINE`]: what `audit verify`
+/// and `toolgate replay` read a log with.
+pub struct Lines<R> {
+    reader: R,
+    buf: Vec<u8>,
+}
+
+/// Why the next line couldn't be read.
+pub enum LineError {
+    Read(std::io::Error),
+    /// Longer than [`MAX_LINE`]: no audit record is.
+    TooLong,
+}
+
+impl<R: BufRead> Lines<R> {
+    pub fn new(reader: R) -> Lines<R> {
+        Lines {
+            reader,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next line without its newline, and whether it had one (a last line that
+    /// doesn't was cut off); `None` at the end.
+    pub fn next_line(&mut self) -> Result<Option<(&[u8], bool)>, LineError> {
+        self.buf.clear();
+        let read = (&mut self.reader)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(LineError::Read)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        let complete = self.buf.last() == Some(&b'\n');
+        if !complete && self.buf.len() > MAX_LINE {
+            return Err(LineError::TooLong);
+        }
+        let line = match complete {
+            true => &self.buf[..self.buf.len() - 1],
+            false => &self.buf[..],
+        };
+        Ok(Some((line, complete)))
+    }
+}
+
 /// Verifies a whole log held in memory.
 pub fn verify(text: &str, key: Option<&AuditKey>) -> Result<Summary, Broken> {
     verify_reader(text.as_bytes(), key, None)
@@ -191,40 +236,30 @@ pub fn verify(text: &str, key: Option<&AuditKey>) -> Result<Summary, Broken> {
 
 /// Verifies a log read as a stream: memory stays bounded by the longest line.
 pub fn verify_reader(
-    mut reader: impl BufRead,
+    reader: impl BufRead,
     key: Option<&AuditKey>,
     expect_seq: Option<u64>,
 ) -> Result<Summary, Broken> {
     let mut verifier = Verifier::new(key);
-    let mut buf = Vec::new();
+    let mut lines = Lines::new(reader);
     loop {
-        buf.clear();
-        let read = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut buf);
-        match read {
-            Ok(0) => return verifier.finish(expect_seq),
-            Ok(_) => {}
-            Err(e) => {
+        let (line, complete) = match lines.next_line() {
+            Ok(Some(line)) => line,
+            Ok(None) => return verifier.finish(expect_seq),
+            Err(LineError::Read(e)) => {
                 return Err(Broken {
                     line: verifier.line + 1,
                     breach: Breach::Truncated,
                     reason: format!("the log could not be read past here: {e}"),
                 })
             }
-        }
-        let complete = buf.last() == Some(&b'\n');
-        if !complete && buf.len() > MAX_LINE {
-            return Err(Broken {
-                line: verifier.line + 1,
-                breach: Breach::Tampered,
-                reason: format!("not an audit record: a line longer than {MAX_LINE} bytes"),
-            });
-        }
-        let line = if complete {
-            &buf[..buf.len() - 1]
-        } else {
-            &buf[..]
+            Err(LineError::TooLong) => {
+                return Err(Broken {
+                    line: verifier.line + 1,
+                    breach: Breach::Tampered,
+                    reason: format!("not an audit record: a line longer than {MAX_LINE} bytes"),
+                })
+            }
         };
         verifier.line(line, complete)?;
     }

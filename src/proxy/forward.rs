@@ -162,15 +162,7 @@ where
             Ok(response) => (Some(response.status().as_u16()), None),
             Err(reject) => (None, Some(reject.code.as_str())),
         };
-        let error_type = client_error_type(status, failure);
-        span.end(status, error_type.as_deref());
-        backend.record(
-            &gate.metrics,
-            &contract.tool,
-            status,
-            error_type,
-            sent.elapsed(),
-        );
+        backend.finish(span, &gate.metrics, &contract.tool, status, failure, sent);
         let response = response.map_err(Stopped::Failed)?;
         return Ok(Forwarded {
             sent: Sent::Live { response, sent },
@@ -210,9 +202,7 @@ where
                 Settled::Answered(_) => None,
                 Settled::Failed { reject, .. } => Some(reject.code.as_str()),
             };
-            let error_type = client_error_type(status, failure);
-            span.end(status, error_type.as_deref());
-            backend.record(&metrics, &tool, status, error_type, sent.elapsed());
+            backend.finish(span, &metrics, &tool, status, failure, sent);
             // The one round trip after the call: its outcome, for other replicas'
             // duplicates. Not awaited here: this pod's own wait on it for nothing.
             if let Some((shared, claim)) = shared {
@@ -339,7 +329,7 @@ fn start_client(
 /// A backend request's `error.type` as the HTTP conventions give a client's: the status of
 /// a 4xx or 5xx answer, else the code of what failed (no answer, or one that broke the
 /// contract); `None` when it went well.
-pub fn client_error_type(status: Option<u16>, failure: Option<&'static str>) -> ErrorType {
+fn client_error_type(status: Option<u16>, failure: Option<&'static str>) -> ErrorType {
     match (status, failure) {
         (Some(status), _) if status >= 400 => Some(Cow::Owned(status.to_string())),
         (_, Some(code)) => Some(Cow::Borrowed(code)),
@@ -348,7 +338,7 @@ pub fn client_error_type(status: Option<u16>, failure: Option<&'static str>) -> 
     }
 }
 
-/// What a backend request is, for the conventions' client metric.
+/// What a backend request is, for its client span and the conventions' client metric.
 #[derive(Clone, Copy)]
 struct Backend {
     mcp: bool,
@@ -356,24 +346,28 @@ struct Backend {
 }
 
 impl Backend {
-    /// A request sent for `tool`: answered with `status` (if it was), failed as
-    /// `error_type` says (if it did).
-    fn record(
+    /// A request sent for `tool` at `sent` came to this: answered with `status` (if it
+    /// was), failed with the code `failure` (if it did). Ends its span and counts it.
+    fn finish(
         self,
+        span: ClientSpan,
         metrics: &Metrics,
         tool: &str,
         status: Option<u16>,
-        error_type: ErrorType,
-        elapsed: Duration,
+        failure: Option<&'static str>,
+        sent: Instant,
     ) {
-        let sent = match self.mcp {
+        let elapsed = sent.elapsed();
+        let error_type = client_error_type(status, failure);
+        span.end(status, error_type.as_deref());
+        let request = match self.mcp {
             true => convention_metrics::Sent::Mcp { tool, status },
             false => convention_metrics::Sent::Http {
                 method: self.method,
                 status,
             },
         };
-        metrics.record_upstream(tool, &sent, error_type, elapsed);
+        metrics.record_upstream(tool, &request, error_type, elapsed);
     }
 }
 

@@ -317,8 +317,13 @@ impl Outcome {
     /// histograms (`metrics`), and nothing else: for a streamed call whose stream ended
     /// without a refusal, its record being written already.
     pub fn close(&self, metrics: &Metrics) {
+        self.close_at(metrics, self.started.elapsed());
+    }
+
+    /// [`close`](Self::close), the call having taken `elapsed`.
+    fn close_at(&self, metrics: &Metrics, elapsed: std::time::Duration) {
         if self.measured {
-            self.record_served(metrics, self.started.elapsed());
+            self.record_served(metrics, elapsed);
         }
         self.close_span();
     }
@@ -461,7 +466,7 @@ impl Outcome {
     /// its own (one tools/call of an MCP batch).
     pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
-        self.close(metrics);
+        self.close_at(metrics, elapsed);
         let tool = self.tool.as_deref().unwrap_or("-");
         metrics.record_call(
             tool,

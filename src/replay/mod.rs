@@ -21,12 +21,11 @@
 pub mod recorded;
 pub mod report;
 
-use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use crate::audit::key::AuditKey;
-use crate::audit::verify::{Verifier, MAX_LINE};
-use crate::policy::{BuildOptions, Snapshot};
+use crate::audit::verify::{LineError, Lines, Verifier, MAX_LINE};
+use crate::policy::Snapshot;
 use crate::proxy::decide::{redecide, Inputs};
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::validate;
@@ -54,21 +53,14 @@ pub struct Failed(pub String);
 /// The candidate policies, compiled as a sidecar would compile them. A shadow policy is
 /// replayed as if it enforced: the question is what it would refuse.
 pub fn candidate(paths: &[PathBuf]) -> Result<Snapshot, Failed> {
-    let scan = crate::control::files::scan(paths);
-    let (objects, mut errors) = crate::control::files::parse(&scan);
-    let options = BuildOptions {
-        allow_shadow: true,
-        pod_labels: None,
-    };
-    let (snapshot, build_errors) = Snapshot::build(&objects, &options, 0);
-    errors.extend(build_errors);
-    if let Some(first) = errors.first() {
+    let (snapshot, report) = crate::check::compile(paths);
+    if let Some(first) = report.errors.first() {
         return Err(Failed(format!(
             "the candidate policies don't compile ({} errors), first: {first}",
-            errors.len()
+            report.errors.len()
         )));
     }
-    if scan.files.is_empty() {
+    if report.files == 0 {
         return Err(Failed("no policy files found".into()));
     }
     Ok(snapshot)
@@ -90,27 +82,21 @@ fn replay_file(
     report: &mut Report,
 ) -> Result<(), Failed> {
     let file = std::fs::File::open(path).map_err(|e| Failed(format!("{}: {e}", path.display())))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    // Bounded like `audit verify`: one endless line can't grow memory.
+    let mut lines = Lines::new(std::io::BufReader::with_capacity(1 << 16, file));
     let mut verifier = Verifier::new(request.key);
-    let mut line = Vec::new();
     loop {
-        line.clear();
-        // Bounded like `audit verify`: one endless line can't grow memory.
-        let read = (&mut reader)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| Failed(format!("{}: {e}", path.display())))?;
-        if read == 0 {
-            break;
-        }
-        let complete = line.last() == Some(&b'\n');
-        if !complete && line.len() > MAX_LINE {
-            return Err(Failed(format!(
-                "{}: a line longer than {MAX_LINE} bytes is not an audit record",
-                path.display()
-            )));
-        }
-        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let (text, complete) = match lines.next_line() {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(LineError::Read(e)) => return Err(Failed(format!("{}: {e}", path.display()))),
+            Err(LineError::TooLong) => {
+                return Err(Failed(format!(
+                    "{}: a line longer than {MAX_LINE} bytes is not an audit record",
+                    path.display()
+                )))
+            }
+        };
         if let Err(broken) = verifier.line(text, complete) {
             if !request.allow_broken {
                 return Err(Failed(format!(
@@ -206,6 +192,7 @@ fn is_approval(outcome: &Outcome) -> bool {
 mod tests {
     use super::*;
     use crate::crd::parse_documents;
+    use crate::policy::BuildOptions;
     use serde_json::json;
 
     const POLICIES: &str = "apiVersion: toolgate.dev/v1alpha1

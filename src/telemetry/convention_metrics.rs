@@ -233,11 +233,11 @@ impl ConventionMetrics {
     ) {
         let seconds = elapsed.as_secs_f64();
         if let Some(otlp) = self.otlp.get() {
-            let (instrument, attributes) = match served {
-                Served::Http { .. } => (&otlp.http_server, served.attributes(&error_type)),
-                Served::Mcp { .. } => (&otlp.mcp_server, served.attributes(&error_type)),
+            let instrument = match served {
+                Served::Http { .. } => &otlp.http_server,
+                Served::Mcp { .. } => &otlp.mcp_server,
             };
-            instrument.record(seconds, &attributes);
+            instrument.record(seconds, &served.attributes(&error_type));
         }
         match *served {
             Served::Http {
@@ -307,33 +307,12 @@ impl ConventionMetrics {
         // Cloned only to build a label set, not for a kept series' call.
         let owned_address = || address.cloned().unwrap_or_else(|| Arc::from(""));
         if let Some(otlp) = self.otlp.get() {
-            let mut attributes = Vec::with_capacity(5);
-            let instrument = match *sent {
-                Sent::Http { method, status } => {
-                    attributes.push(KeyValue::new("http.request.method", method));
-                    attributes.push(KeyValue::new(
-                        "server.address",
-                        address.map_or_else(String::new, |a| a.to_string()),
-                    ));
-                    attributes.push(KeyValue::new("server.port", i64::from(port)));
-                    if let Some(status) = status {
-                        attributes.push(KeyValue::new(
-                            "http.response.status_code",
-                            i64::from(status),
-                        ));
-                    }
-                    &otlp.http_client
-                }
-                Sent::Mcp { tool, .. } => {
-                    attributes.push(KeyValue::new("mcp.method.name", "tools/call"));
-                    attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
-                    &otlp.mcp_client
-                }
+            let instrument = match sent {
+                Sent::Http { .. } => &otlp.http_client,
+                Sent::Mcp { .. } => &otlp.mcp_client,
             };
-            if let Some(error_type) = &error_type {
-                attributes.push(KeyValue::new("error.type", error_type.to_string()));
-            }
-            instrument.record(seconds, &attributes);
+            let address = address.map_or("", |a| &**a);
+            instrument.record(seconds, &sent.attributes(address, port, &error_type));
         }
         match *sent {
             Sent::Http { method, status } => {
@@ -375,6 +354,34 @@ impl ConventionMetrics {
                 }
             }
         }
+    }
+}
+
+impl Sent<'_> {
+    /// The OTLP attributes, named as the conventions name them.
+    fn attributes(&self, address: &str, port: u16, error_type: &ErrorType) -> Vec<KeyValue> {
+        let mut out = Vec::with_capacity(5);
+        match *self {
+            Sent::Http { method, status } => {
+                out.push(KeyValue::new("http.request.method", method));
+                out.push(KeyValue::new("server.address", address.to_string()));
+                out.push(KeyValue::new("server.port", i64::from(port)));
+                if let Some(status) = status {
+                    out.push(KeyValue::new(
+                        "http.response.status_code",
+                        i64::from(status),
+                    ));
+                }
+            }
+            Sent::Mcp { tool, .. } => {
+                out.push(KeyValue::new("mcp.method.name", "tools/call"));
+                out.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
+            }
+        }
+        if let Some(error_type) = error_type {
+            out.push(KeyValue::new("error.type", error_type.to_string()));
+        }
+        out
     }
 }
 
