@@ -1,15 +1,16 @@
-//! The span processor: finished spans are queued and a worker thread sends them to the
-//! exporter in batches, so telemetry can never slow or break a call.
+//! The span processor: a finished span is encoded for OTLP on the thread that ended it
+//! ([`super::otlp_encode`]) and queued as bytes; a worker thread sends them to the
+//! collector in batches ([`super::otlp_send`]), so telemetry can never slow or break a
+//! call.
 //!
 //! - At most `cap` spans are queued or being exported; past it a span is dropped and
 //!   counted in `toolgate_spans_dropped_total`. With the collector down or slow, calls keep
 //!   their latency: nothing on a call's path waits for the queue or the exporter.
-//! - The queue takes memory only for the spans in it. The SDK's own batch processor
-//!   allocates its whole queue (a bounded channel of span slots) when it starts, ~1.8 MB
-//!   at the default cap, which an idle sidecar would carry for its lifetime. Here the
-//!   queue is a vector behind a mutex that the worker swaps for a fresh one sized to the
-//!   last batch, so under load its buffers are allocated and freed on the worker's own
-//!   thread and reused; the admission count is the bound.
+//! - The queue takes memory only for the spans in it, and little for each: an encoded
+//!   span is a few hundred bytes where an SDK `SpanData` holds several kilobytes in small
+//!   allocations (4,096 of those were 13-27 MB of RSS under load). The queue is one
+//!   buffer behind a mutex that the worker swaps for a fresh one sized to the last
+//!   export, so an idle sidecar keeps almost nothing; the admission count is the bound.
 //! - Spans whose export fails, or that shutdown's timeout cuts off, are logged at debug
 //!   level and not counted as dropped: the counter measures the queue, not the collector.
 //! - A call never wakes the worker for its span: the worker sleeps on a control channel
@@ -17,16 +18,19 @@
 //!   asked to flush or shut down.
 
 use opentelemetry::Context;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::otlp_encode::{self, Envelope};
+use super::otlp_send::Sender;
 use crate::telemetry::metrics::Metrics;
 
 /// Spans per export request.
@@ -35,6 +39,21 @@ const BATCH: usize = 512;
 const DELAY: Duration = Duration::from_millis(200);
 /// How long `force_flush` waits for the worker.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most a fresh queue buffer is given up front (a batch of typical spans).
+const PRESIZE_BYTES: usize = 512 * 1024;
+
+/// Where the worker sends an encoded `ExportTraceServiceRequest`.
+pub trait Transport: Send + 'static {
+    fn send(&mut self, request: Vec<u8>) -> Result<(), String>;
+    /// Called once, after the last request.
+    fn shutdown(&mut self) {}
+}
+
+impl Transport for Sender {
+    fn send(&mut self, request: Vec<u8>) -> Result<(), String> {
+        Sender::send(self, request)
+    }
+}
 
 /// What the worker is asked to do besides its timer.
 enum Control {
@@ -45,19 +64,30 @@ enum Control {
     Resource(Resource),
 }
 
+/// Encoded spans waiting: one run of `ScopeSpans.spans` entries, and where each ends.
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
 /// What the calls and the worker share.
 #[derive(Debug, Default)]
 struct Queue {
-    pending: Mutex<Vec<SpanData>>,
+    pending: Mutex<Pending>,
     /// Spans pending or being exported.
     queued: AtomicUsize,
     /// Set, under the `pending` lock, once the worker has taken its last spans.
     closed: AtomicBool,
+    /// The tracer's instrumentation scope, from the first span (the provider has one
+    /// tracer, so every span carries the same).
+    scope: OnceLock<(InstrumentationScope, String)>,
 }
 
 impl Queue {
-    fn pending(&self) -> MutexGuard<'_, Vec<SpanData>> {
-        // A push can't leave the vector half-written, so a poisoned lock is still usable.
+    fn pending(&self) -> MutexGuard<'_, Pending> {
+        // An append can't leave the buffer half-written (it grows before it writes), so
+        // a poisoned lock is still usable.
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -75,8 +105,8 @@ pub struct Batcher {
 
 impl Batcher {
     /// Starts the worker thread. `cap`: spans queued or being exported at most.
-    pub fn new<E: SpanExporter + 'static>(
-        exporter: E,
+    pub fn new<T: Transport>(
+        transport: T,
         cap: usize,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Batcher> {
@@ -84,9 +114,12 @@ impl Batcher {
         let (control, control_rx) = mpsc::sync_channel(16);
         let queue = Arc::new(Queue::default());
         let worker = Worker {
-            exporter,
+            transport,
             queue: queue.clone(),
-            last: 0,
+            envelope: Envelope::default(),
+            scoped: false,
+            last_spans: 0,
+            last_bytes: 0,
         };
         let worker = std::thread::Builder::new()
             .name("toolgate-spans".into())
@@ -152,13 +185,20 @@ impl SpanProcessor for Batcher {
             self.metrics.spans_dropped.inc();
             return;
         }
+        self.queue
+            .scope
+            .get_or_init(|| otlp_encode::scope_of(&span));
+        // Converted outside the lock; only the bytes are written under it.
+        let span = otlp_encode::to_proto(span);
         let waiting = {
             let mut pending = self.queue.pending();
             if self.queue.closed.load(Ordering::Acquire) {
                 None
             } else {
-                pending.push(span);
-                Some(pending.len())
+                otlp_encode::append_span(&span, &mut pending.bytes);
+                let end = pending.bytes.len();
+                pending.ends.push(end);
+                Some(pending.ends.len())
             }
         };
         match waiting {
@@ -196,17 +236,21 @@ impl SpanProcessor for Batcher {
     }
 }
 
-/// The thread that owns the exporter.
-struct Worker<E> {
-    exporter: E,
+/// The thread that owns the transport.
+struct Worker<T> {
+    transport: T,
     queue: Arc<Queue>,
-    /// How many spans the last export took: the size of the next buffer.
-    last: usize,
+    envelope: Envelope,
+    /// The envelope has the tracer's scope.
+    scoped: bool,
+    /// How many spans, and bytes, the last export took: the size of the next buffer.
+    last_spans: usize,
+    last_bytes: usize,
 }
 
-impl<E: SpanExporter> Worker<E> {
+impl<T: Transport> Worker<T> {
     fn run(mut self, control: Receiver<Control>) {
-        // The exporter's own work (HTTP, gRPC) must not make spans of its own.
+        // The transport's own work (HTTP, gRPC) must not make spans of its own.
         let _quiet = Context::enter_telemetry_suppressed_scope();
         let mut due = Instant::now() + DELAY;
         loop {
@@ -220,10 +264,10 @@ impl<E: SpanExporter> Worker<E> {
                 Ok(Control::Flush(ack)) => {
                     let _ = ack.send(self.export_pending(false));
                 }
-                Ok(Control::Resource(resource)) => self.exporter.set_resource(&resource),
+                Ok(Control::Resource(resource)) => self.envelope.set_resource(&resource),
                 Ok(Control::Shutdown(ack)) => {
                     let result = self.export_pending(true);
-                    let _ = self.exporter.shutdown();
+                    self.transport.shutdown();
                     let _ = ack.send(result);
                     return;
                 }
@@ -242,30 +286,39 @@ impl<E: SpanExporter> Worker<E> {
         // The next buffer is allocated here, on this thread, which frees it after the
         // export, so the allocator reuses it; sized to the last export, so an idle
         // sidecar keeps almost nothing; and outside the lock the calls take.
-        let next = Vec::with_capacity(self.last.min(BATCH));
-        let mut spans = {
+        let next = Pending {
+            bytes: Vec::with_capacity(self.last_bytes.min(PRESIZE_BYTES)),
+            ends: Vec::with_capacity(self.last_spans.min(BATCH)),
+        };
+        let taken = {
             let mut pending = self.queue.pending();
             if last {
                 self.queue.closed.store(true, Ordering::Release);
             }
             std::mem::replace(&mut *pending, next)
         };
-        self.last = spans.len();
+        (self.last_spans, self.last_bytes) = (taken.ends.len(), taken.bytes.len());
+        if !self.scoped {
+            if let Some(scope) = self.queue.scope.get() {
+                self.envelope.set_scope(scope.clone());
+                self.scoped = true;
+            }
+        }
         let mut result = Ok(());
-        while !spans.is_empty() {
-            let rest = spans.split_off(spans.len().min(BATCH));
-            let n = spans.len();
-            // A panicking exporter fails its batch; the worker, and tracing, go on.
-            let sent = catch_unwind(AssertUnwindSafe(|| {
-                futures_executor::block_on(self.exporter.export(spans))
-            }))
-            .unwrap_or_else(|_| Err(OTelSdkError::InternalFailure("exporter panicked".into())));
+        let mut start = 0;
+        for ends in taken.ends.chunks(BATCH) {
+            let end = ends[ends.len() - 1];
+            let request = self.envelope.request(&taken.bytes[start..end]);
+            start = end;
+            let n = ends.len();
+            // A panicking transport fails its batch; the worker, and tracing, go on.
+            let sent = catch_unwind(AssertUnwindSafe(|| self.transport.send(request)))
+                .unwrap_or_else(|_| Err("the exporter panicked".into()));
             self.queue.queued.fetch_sub(n, Ordering::AcqRel);
             if let Err(e) = sent {
                 tracing::debug!(error = %e, spans = n, "span export failed");
-                result = Err(e);
+                result = Err(OTelSdkError::InternalFailure(e));
             }
-            spans = rest;
         }
         result
     }
@@ -276,7 +329,9 @@ mod tests {
     use super::*;
     use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceState};
     use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
+    use prost::Message;
     use std::borrow::Cow;
     use std::time::SystemTime;
 
@@ -307,8 +362,8 @@ mod tests {
         }
     }
 
-    impl SpanExporter for Collector {
-        async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+    impl Transport for Collector {
+        fn send(&mut self, request: Vec<u8>) -> Result<(), String> {
             if self.panic.swap(false, Ordering::SeqCst) {
                 panic!("exporter bug");
             }
@@ -316,16 +371,17 @@ mod tests {
             while *closed {
                 closed = self.gate.1.wait(closed).unwrap();
             }
+            let request = ExportTraceServiceRequest::decode(request.as_slice()).unwrap();
+            let spans = &request.resource_spans[0].scope_spans[0].spans;
             self.batches.fetch_add(1, Ordering::SeqCst);
-            self.largest.fetch_max(batch.len(), Ordering::SeqCst);
+            self.largest.fetch_max(spans.len(), Ordering::SeqCst);
             let mut sent = self.sent.lock().unwrap();
-            sent.extend(batch.into_iter().map(|s| s.name.into_owned()));
+            sent.extend(spans.iter().map(|s| s.name.clone()));
             Ok(())
         }
 
-        fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        fn shutdown(&mut self) {
             self.shut.store(true, Ordering::SeqCst);
-            Ok(())
         }
     }
 

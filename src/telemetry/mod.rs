@@ -6,6 +6,8 @@ pub mod convention_metrics;
 pub mod export;
 pub mod metrics;
 pub mod metrics_export;
+pub mod otlp_encode;
+pub mod otlp_send;
 pub mod sampling;
 pub mod spans;
 pub mod trace;

@@ -20,7 +20,6 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
-use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
@@ -31,9 +30,9 @@ use std::time::{Duration, SystemTime};
 
 use super::attributes;
 use super::batch::Batcher;
-use super::export::RuntimeHttpClient;
 use super::metrics::Metrics;
 use super::metrics_export;
+use super::otlp_send::Sender;
 use super::sampling::{self, PresetTraceIds, Sampling};
 use super::trace::TraceContext;
 use crate::config::{OtlpProtocol, Telemetry};
@@ -72,16 +71,8 @@ impl Tracing {
             return Ok(Tracing::disabled());
         };
         let cap = settings.max_queued_spans;
-        let started = match settings.otlp_protocol {
-            OtlpProtocol::Grpc => {
-                let exporter = opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(endpoint.clone())
-                    .with_timeout(EXPORT_TIMEOUT)
-                    .build()
-                    .map_err(|e| format!("telemetry.otlpEndpoint: {e}"))?;
-                Batcher::new(exporter, cap, metrics.clone())
-            }
+        let sender = match settings.otlp_protocol {
+            OtlpProtocol::Grpc => Sender::grpc(endpoint, EXPORT_TIMEOUT),
             OtlpProtocol::Http => {
                 // A programmatic endpoint is used verbatim: name the traces path.
                 let url = if endpoint.ends_with("/v1/traces") {
@@ -89,17 +80,11 @@ impl Tracing {
                 } else {
                     format!("{}/v1/traces", endpoint.trim_end_matches('/'))
                 };
-                let exporter = opentelemetry_otlp::SpanExporter::builder()
-                    .with_http()
-                    .with_http_client(RuntimeHttpClient::new(EXPORT_TIMEOUT))
-                    .with_protocol(Protocol::HttpBinary)
-                    .with_endpoint(url)
-                    .with_timeout(EXPORT_TIMEOUT)
-                    .build()
-                    .map_err(|e| format!("telemetry.otlpEndpoint: {e}"))?;
-                Batcher::new(exporter, cap, metrics.clone())
+                Sender::http(&url, EXPORT_TIMEOUT)
             }
-        };
+        }
+        .map_err(|e| format!("telemetry.otlpEndpoint: {e}"))?;
+        let started = Batcher::new(sender, cap, metrics.clone());
         let processor =
             started.map_err(|e| format!("telemetry: cannot start the span exporter: {e}"))?;
         let meters = metrics_export::start(settings, &metrics)?;

@@ -1,0 +1,230 @@
+//! Sends encoded OTLP trace requests ([`super::otlp_encode`]) to the collector, over gRPC
+//! (tonic's client and channel) or HTTP (`application/x-protobuf` to `/v1/traces`).
+//!
+//! The span worker is a plain thread with no Tokio reactor, so each request is spawned
+//! onto the sidecar's runtime and the worker waits for it. A request that fails in a way
+//! the OTLP specification calls transient (the collector unreachable or overloaded) is
+//! retried twice, 100 and 200 ms apart; anything else fails its batch at once. While
+//! the worker waits, new spans queue up to `maxQueuedSpans` and past it are dropped and
+//! counted, so a slow collector never reaches a call.
+
+use bytes::{Buf, BufMut, Bytes};
+use http::uri::PathAndQuery;
+use opentelemetry_http::HttpClient;
+use std::time::Duration;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use super::export::RuntimeHttpClient;
+
+/// The gRPC method of `opentelemetry/proto/collector/trace/v1/trace_service.proto`.
+const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+/// Waits before the retries of a transient failure.
+const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(200)];
+
+/// Where and how spans are sent.
+#[derive(Debug, Clone)]
+pub enum Sender {
+    Grpc {
+        grpc: tonic::client::Grpc<Channel>,
+        runtime: tokio::runtime::Handle,
+    },
+    Http {
+        // Boxed: the client is far larger than the gRPC variant, and a sender is made once.
+        client: Box<RuntimeHttpClient>,
+        url: http::Uri,
+    },
+}
+
+/// Why a request failed, and whether trying again may help.
+#[derive(Debug)]
+pub struct Failure {
+    pub message: String,
+    pub transient: bool,
+}
+
+impl Sender {
+    /// OTLP/gRPC to `endpoint` (`http://host:4317`). Must be called inside the runtime:
+    /// the channel connects lazily, on it.
+    pub fn grpc(endpoint: &str, timeout: Duration) -> Result<Sender, String> {
+        let endpoint = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|e| format!("invalid endpoint {endpoint:?}: {e}"))?;
+        if endpoint.uri().scheme_str() != Some("http") {
+            return Err(format!(
+                "{}: only plain-text (http://) collectors are supported",
+                endpoint.uri()
+            ));
+        }
+        Ok(Sender::Grpc {
+            grpc: tonic::client::Grpc::new(endpoint.timeout(timeout).connect_lazy()),
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    /// OTLP/HTTP with protobuf to `url` (the full `/v1/traces` URL). Must be called inside
+    /// the runtime.
+    pub fn http(url: &str, timeout: Duration) -> Result<Sender, String> {
+        let url: http::Uri = url
+            .parse()
+            .map_err(|e| format!("invalid endpoint {url:?}: {e}"))?;
+        if url.scheme_str() != Some("http") || url.authority().is_none() {
+            return Err(format!(
+                "{url}: only plain-text (http://host:port) collectors are supported"
+            ));
+        }
+        Ok(Sender::Http {
+            client: Box::new(RuntimeHttpClient::new(timeout)),
+            url,
+        })
+    }
+
+    /// Sends one request, retrying a transient failure; blocks the calling thread, which
+    /// must not be one of the runtime's.
+    pub fn send(&self, request: Vec<u8>) -> Result<(), String> {
+        let request = Bytes::from(request);
+        let mut waits = RETRIES.iter();
+        loop {
+            match self.send_once(request.clone()) {
+                Ok(()) => return Ok(()),
+                Err(failure) => match waits.next() {
+                    Some(wait) if failure.transient => std::thread::sleep(*wait),
+                    _ => return Err(failure.message),
+                },
+            }
+        }
+    }
+
+    fn send_once(&self, request: Bytes) -> Result<(), Failure> {
+        match self {
+            Sender::Grpc { grpc, runtime } => {
+                let mut grpc = grpc.clone();
+                let task = runtime.spawn(async move {
+                    grpc.ready()
+                        .await
+                        .map_err(|e| Status::unavailable(e.to_string()))?;
+                    let path = PathAndQuery::from_static(EXPORT);
+                    grpc.unary(tonic::Request::new(request), path, Raw)
+                        .await
+                        .map(drop)
+                });
+                match futures_executor::block_on(task) {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(status)) => Err(Failure {
+                        transient: grpc_transient(status.code()),
+                        message: format!(
+                            "collector answered {:?}: {}",
+                            status.code(),
+                            status.message()
+                        ),
+                    }),
+                    Err(e) => Err(Failure {
+                        transient: false,
+                        message: format!("export task failed: {e}"),
+                    }),
+                }
+            }
+            Sender::Http { client, url } => {
+                let sent = http::Request::post(url.clone())
+                    .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+                    .body(request)
+                    .map_err(|e| Failure {
+                        transient: false,
+                        message: e.to_string(),
+                    })?;
+                match futures_executor::block_on(client.send_bytes(sent)) {
+                    Ok(answer) if answer.status().is_success() => Ok(()),
+                    Ok(answer) => Err(Failure {
+                        transient: http_transient(answer.status()),
+                        message: format!("collector answered {}", answer.status()),
+                    }),
+                    // Unreachable, reset or timed out.
+                    Err(e) => Err(Failure {
+                        transient: true,
+                        message: format!("collector unreachable: {e}"),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// The codes the OTLP specification lists as retryable.
+fn grpc_transient(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Aborted
+            | Code::OutOfRange
+            | Code::Unavailable
+            | Code::DataLoss
+    )
+}
+
+fn http_transient(status: http::StatusCode) -> bool {
+    matches!(status.as_u16(), 429 | 502 | 503 | 504)
+}
+
+/// A gRPC codec that sends bytes already encoded and ignores the answer's body (an
+/// `ExportTraceServiceResponse`, whose partial-success counts nothing here acts on).
+#[derive(Debug, Clone, Copy, Default)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = Raw;
+    type Decoder = Raw;
+
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = ();
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<()>, Status> {
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_transient_failures_are_the_specifications() {
+        assert!(grpc_transient(Code::Unavailable) && grpc_transient(Code::DeadlineExceeded));
+        assert!(!grpc_transient(Code::InvalidArgument) && !grpc_transient(Code::Unauthenticated));
+        assert!(http_transient(http::StatusCode::SERVICE_UNAVAILABLE));
+        assert!(http_transient(http::StatusCode::TOO_MANY_REQUESTS));
+        assert!(!http_transient(http::StatusCode::BAD_REQUEST));
+    }
+
+    #[tokio::test]
+    async fn only_plain_text_endpoints_are_taken() {
+        assert!(Sender::grpc("http://127.0.0.1:4317", Duration::from_secs(1)).is_ok());
+        assert!(Sender::grpc("https://collector:4317", Duration::from_secs(1)).is_err());
+        assert!(Sender::http("http://127.0.0.1:4318/v1/traces", Duration::from_secs(1)).is_ok());
+        assert!(Sender::http("https://collector/v1/traces", Duration::from_secs(1)).is_err());
+        assert!(Sender::http("not a url", Duration::from_secs(1)).is_err());
+    }
+}
