@@ -12,6 +12,7 @@
 # Knobs (environment): PROFILE_SECONDS=10  PROFILE_CONNECTIONS=64  PROFILE_TOP=40
 #   PROFILE_PORT_BASE=18900  PROFILE_BINARY=target/release/toolgate  PROFILE_NO_BUILD=1
 #   PROFILE_KEEP=1 (keep the work folder with perf.data)
+#   PROFILE_ENV="NAME=value ..." (toolgate's extra environment, e.g. an allocator option)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -64,7 +65,9 @@ identity:
   taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]
 $extra
 EOF
-TOOLGATE_LOG=warn "$toolgate" run --config "$work/toolgate.yaml" >"$work/toolgate.log" 2>&1 &
+# shellcheck disable=SC2086
+TOOLGATE_LOG=warn env ${PROFILE_ENV:-} "$toolgate" run --config "$work/toolgate.yaml" \
+  >"$work/toolgate.log" 2>&1 &
 pids+=($!)
 sidecar=$!
 for p in $port_backend $port_otlp $port_sidecar; do wait_port "$p"; done
@@ -75,12 +78,23 @@ export BENCH_TASK
 url="http://127.0.0.1:$port_sidecar"
 # A short warm-up, so that the profile shows the steady state, not the first calls.
 wrk -t1 -c"$connections" -d2s -s "bench/wrk/$load.lua" "$url" >/dev/null
+# The sidecar's CPU time (user + system, clock ticks) from /proc, around the load.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$sidecar/stat"; }
+ticks_before=$(cpu_ticks)
 wrk -t1 -c"$connections" -d"${seconds}s" -s "bench/wrk/$load.lua" "$url" >"$work/wrk.txt" &
 load_pid=$!
 perf record -q -e cpu-clock -F "${PROFILE_FREQUENCY:-1999}" ${PROFILE_CALLGRAPH:+--call-graph "$PROFILE_CALLGRAPH"} -p "$sidecar" -o "$work/perf.data" -- sleep "$((seconds - 1))" \
   2>"$work/perf.log"
 wait "$load_pid"
+ticks_after=$(cpu_ticks)
+requests=$(sed -n 's/.*RESULT requests=\([0-9]*\).*/\1/p' "$work/wrk.txt")
 grep RESULT "$work/wrk.txt" >&2
+# CPU per call includes perf's own sampling overhead: compare builds with this script,
+# not with bench/run.sh's figures.
+awk -v t=$((ticks_after - ticks_before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" \
+  'BEGIN { printf "sidecar CPU per call: %.1f us (%d requests)\n", t / hz * 1e6 / n, n }' >&2
+awk '/^VmRSS|^VmHWM/ { printf "%s %.1f MB  ", $1, $2 / 1024 } END { print "" }' \
+  "/proc/$sidecar/status" >&2
 
 perf report -i "$work/perf.data" --no-children --sort dso,sym --stdio 2>/dev/null |
   grep -E '^ +[0-9]' >"$work/symbols.txt"

@@ -7,7 +7,7 @@
 # for SPAN_SECONDS, and prints its peak and final RSS and the spans it dropped. Needs the
 # release binaries (cargo build --release --bin toolgate --example benchkit) and wrk.
 # Knobs: SPAN_QUEUES="4096 512 4096 512"  SPAN_SECONDS=12  SPAN_PORT_BASE=19500
-#   TOOLGATE=/path/to/another/toolgate (compare a build)
+#   TOOLGATE=/path/to/another/toolgate (compare a build)  SPAN_ENV="NAME=value ..." (its environment)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -43,7 +43,9 @@ audit: {path: $work/audit.log}
 telemetry: {otlpEndpoint: 'http://127.0.0.1:$((base + 5))', serviceName: span-queue, maxQueuedSpans: $queue}
 EOT
   rm -f "$work/audit.log"
-  TOOLGATE_LOG=warn "$toolgate" run --config "$work/toolgate.yaml" >"$work/toolgate.log" 2>&1 &
+  # SPAN_ENV: extra environment for toolgate (e.g. an allocator option).
+  # shellcheck disable=SC2086
+  TOOLGATE_LOG=warn env ${SPAN_ENV:-} "$toolgate" run --config "$work/toolgate.yaml" >"$work/toolgate.log" 2>&1 &
   pid=$!
   sleep 1
   result=$(wrk -t1 -c64 -d"${SPAN_SECONDS:-12}s" -s "$root/bench/wrk/rest.lua" "http://127.0.0.1:$((base + 1))" | grep '^RESULT' || true)
@@ -56,3 +58,4 @@ EOT
   kill "$pid"
   wait "$pid" 2>/dev/null || true
 done
+tail -1 "$work/sink.log"

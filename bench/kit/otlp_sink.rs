@@ -1,6 +1,7 @@
 //! An OTLP/gRPC trace receiver that only counts spans: the far end of the full
 //! toolgate's export, so the benchmark pays for real span export without a collector.
-//! Prints the count once a second while spans arrive.
+//! Prints the count, and the bytes of protobuf they came in, once a second while spans
+//! arrive.
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -8,6 +9,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use prost::Message;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use tokio::net::TcpListener;
 #[derive(Clone, Default)]
 struct Sink {
     spans: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
 }
 
 #[tonic::async_trait]
@@ -25,8 +28,10 @@ impl TraceService for Sink {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let request = request.into_inner();
+        self.bytes
+            .fetch_add(request.encoded_len() as u64, Ordering::Relaxed);
         let count: usize = request
-            .into_inner()
             .resource_spans
             .iter()
             .flat_map(|r| &r.scope_spans)
@@ -41,14 +46,15 @@ impl TraceService for Sink {
 
 pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
     let sink = Sink::default();
-    let spans = sink.spans.clone();
+    let (spans, bytes) = (sink.spans.clone(), sink.bytes.clone());
     tokio::spawn(async move {
         let mut last = 0;
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let now = spans.load(Ordering::Relaxed);
             if now != last {
-                println!("spans received: {now}");
+                let bytes = bytes.load(Ordering::Relaxed);
+                println!("spans received: {now} ({bytes} bytes of requests)");
                 last = now;
             }
         }

@@ -29,6 +29,7 @@ pub enum Sender {
     Grpc {
         grpc: tonic::client::Grpc<Channel>,
         runtime: tokio::runtime::Handle,
+        timeout: Duration,
     },
     Http {
         // Boxed: the client is far larger than the gRPC variant, and a sender is made once.
@@ -59,6 +60,7 @@ impl Sender {
         Ok(Sender::Grpc {
             grpc: tonic::client::Grpc::new(endpoint.timeout(timeout).connect_lazy()),
             runtime: tokio::runtime::Handle::current(),
+            timeout,
         })
     }
 
@@ -97,16 +99,28 @@ impl Sender {
 
     fn send_once(&self, request: Bytes) -> Result<(), Failure> {
         match self {
-            Sender::Grpc { grpc, runtime } => {
+            Sender::Grpc {
+                grpc,
+                runtime,
+                timeout,
+            } => {
                 let mut grpc = grpc.clone();
+                let timeout = *timeout;
                 let task = runtime.spawn(async move {
-                    grpc.ready()
+                    let call = async {
+                        grpc.ready()
+                            .await
+                            .map_err(|e| Status::unavailable(e.to_string()))?;
+                        let path = PathAndQuery::from_static(EXPORT);
+                        grpc.unary(tonic::Request::new(request), path, Raw)
+                            .await
+                            .map(drop)
+                    };
+                    // The channel's own timeout covers the request; this bounds a connect
+                    // to a collector that never answers as well.
+                    tokio::time::timeout(timeout, call)
                         .await
-                        .map_err(|e| Status::unavailable(e.to_string()))?;
-                    let path = PathAndQuery::from_static(EXPORT);
-                    grpc.unary(tonic::Request::new(request), path, Raw)
-                        .await
-                        .map(drop)
+                        .unwrap_or_else(|_| Err(Status::deadline_exceeded("export timed out")))
                 });
                 match futures_executor::block_on(task) {
                     Ok(Ok(())) => Ok(()),
