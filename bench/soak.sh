@@ -22,6 +22,7 @@
 # 13,000 calls/s and is deleted on exit unless SOAK_KEEP is set. Needs wrk (installed
 # with apt-get when missing, as bench/run.sh does), curl and python3. Knobs (environment):
 #   SOAK_SECONDS=600  SOAK_PERCENT=70  SOAK_RATE= (skip the measurement, use this rate)
+#   SOAK_BINARY=/path/to/toolgate (another build)  SOAK_ENV="NAME=value ..." (its environment)
 #   SOAK_SATURATION_SECONDS=60
 #   SOAK_INTERVAL=5  SOAK_CONNECTIONS=64  SOAK_PORT_BASE=18900  SOAK_NO_BUILD=1
 #   SOAK_KEEP=1 (keep the work folder: samples, logs and the audit log)
@@ -53,7 +54,7 @@ if [ -z "${SOAK_NO_BUILD:-}" ]; then
   log "building release binaries (cargo build --release --bin toolgate --example benchkit)"
   cargo build --release --quiet --bin toolgate --example benchkit
 fi
-toolgate=$root/target/release/toolgate
+toolgate=${SOAK_BINARY:-$root/target/release/toolgate}
 kit=$root/target/release/examples/benchkit
 
 # --- work folder and cleanup ----------------------------------------------------------
@@ -90,7 +91,8 @@ identity:
 audit: {path: $audit}
 telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-soak}
 EOF
-TOOLGATE_LOG=warn "$toolgate" run --config "$work/toolgate.yaml" >"$work/toolgate.log" 2>&1 &
+# shellcheck disable=SC2086
+TOOLGATE_LOG=warn env ${SOAK_ENV:-} "$toolgate" run --config "$work/toolgate.yaml" >"$work/toolgate.log" 2>&1 &
 pid=$!
 pids+=("$pid")
 for p in $port_backend $port_otlp $port_agent $port_admin; do wait_port "$p"; done

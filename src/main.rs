@@ -14,25 +14,6 @@ use toolgate::sidecar::Sidecar;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `mi_option_purge_delay` in mimalloc 3's `mi_option_t` (the Rust bindings name no
-/// constant for it).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-/// How long freed memory stays with the allocator before it goes back to the OS.
-/// mimalloc 3 keeps it for a second (mimalloc 2: 10 ms): under load a sidecar frees
-/// megabytes a second, so that second was most of full's peak RSS. At 10 ms peak RSS
-/// under saturated REST load fell from 48-66 MB to 36 MB, for about half a page fault
-/// more per call (docs/bench-history.md, "Where full's peak went").
-const PURGE_DELAY_MS: std::ffi::c_long = 10;
-
-/// Sets the allocator's options, unless the environment does (`MIMALLOC_PURGE_DELAY`,
-/// which mimalloc itself reads). Runs first in `main`, before any other thread exists.
-fn tune_allocator() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: stores one integer option; mimalloc reads options with relaxed atomics.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
-    }
-}
-
 #[derive(Parser)]
 #[command(
     name = "toolgate",
@@ -129,7 +110,6 @@ enum AuditCommand {
 }
 
 fn main() -> ExitCode {
-    tune_allocator();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
@@ -341,21 +321,6 @@ fn verify(
         Err(broken) => {
             println!("broken at line {}: {}", broken.line, broken.reason);
             Ok(ExitCode::from(1))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_option_set_is_mimallocs_purge_delay() {
-        // Its documented default, 1000 ms, tells it from its neighbours (1 and 0); the
-        // test harness never calls `tune_allocator`, so nothing has set it.
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            let default = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-            assert_eq!(default, 1000);
         }
     }
 }
