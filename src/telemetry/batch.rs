@@ -18,7 +18,7 @@
 //!   asked to flush or shut down.
 
 use opentelemetry::Context;
-use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::trace::v1::Span as OtlpSpan;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::otlp_encode::{self, Envelope};
+use super::otlp_encode::{self, Envelope, Scope};
 use super::otlp_send::Sender;
 use crate::telemetry::metrics::Metrics;
 
@@ -81,7 +81,7 @@ struct Queue {
     closed: AtomicBool,
     /// The tracer's instrumentation scope, from the first span (the provider has one
     /// tracer, so every span carries the same).
-    scope: OnceLock<(InstrumentationScope, String)>,
+    scope: OnceLock<Scope>,
 }
 
 impl Queue {
@@ -117,7 +117,6 @@ impl Batcher {
             transport,
             queue: queue.clone(),
             envelope: Envelope::default(),
-            scoped: false,
             last_spans: 0,
             last_bytes: 0,
         };
@@ -185,11 +184,9 @@ impl SpanProcessor for Batcher {
             self.metrics.spans_dropped.inc();
             return;
         }
-        self.queue
-            .scope
-            .get_or_init(|| otlp_encode::scope_of(&span));
+        self.queue.scope.get_or_init(|| Scope::of(&span));
         // Converted outside the lock; only the bytes are written under it.
-        let span = otlp_encode::to_proto(span);
+        let span = OtlpSpan::from(span);
         let waiting = {
             let mut pending = self.queue.pending();
             if self.queue.closed.load(Ordering::Acquire) {
@@ -241,8 +238,6 @@ struct Worker<T> {
     transport: T,
     queue: Arc<Queue>,
     envelope: Envelope,
-    /// The envelope has the tracer's scope.
-    scoped: bool,
     /// How many spans, and bytes, the last export took: the size of the next buffer.
     last_spans: usize,
     last_bytes: usize,
@@ -298,17 +293,14 @@ impl<T: Transport> Worker<T> {
             std::mem::replace(&mut *pending, next)
         };
         (self.last_spans, self.last_bytes) = (taken.ends.len(), taken.bytes.len());
-        if !self.scoped {
-            if let Some(scope) = self.queue.scope.get() {
-                self.envelope.set_scope(scope.clone());
-                self.scoped = true;
-            }
-        }
+        // Set before the first span was queued, so there whenever spans are.
+        let unscoped = Scope::default();
+        let scope = self.queue.scope.get().unwrap_or(&unscoped);
         let mut result = Ok(());
         let mut start = 0;
         for ends in taken.ends.chunks(BATCH) {
             let end = ends[ends.len() - 1];
-            let request = self.envelope.request(&taken.bytes[start..end]);
+            let request = self.envelope.request(scope, &taken.bytes[start..end]);
             start = end;
             let n = ends.len();
             // A panicking transport fails its batch; the worker, and tracing, go on.
@@ -327,13 +319,8 @@ impl<T: Transport> Worker<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceState};
-    use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-    use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
     use prost::Message;
-    use std::borrow::Cow;
-    use std::time::SystemTime;
 
     /// Collects what it is sent; blocks each export until `open` while `gate` is set.
     #[derive(Debug, Clone, Default)]
@@ -386,27 +373,7 @@ mod tests {
     }
 
     fn span(name: String) -> SpanData {
-        SpanData {
-            span_context: SpanContext::new(
-                TraceId::from(1),
-                SpanId::from(1),
-                TraceFlags::SAMPLED,
-                false,
-                TraceState::default(),
-            ),
-            parent_span_id: SpanId::INVALID,
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Server,
-            name: Cow::Owned(name),
-            start_time: SystemTime::now(),
-            end_time: SystemTime::now(),
-            attributes: Vec::new(),
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status: Status::Unset,
-            instrumentation_scope: Default::default(),
-        }
+        otlp_encode::tests::span(&name, &Default::default())
     }
 
     fn dropped(metrics: &Metrics) -> u64 {

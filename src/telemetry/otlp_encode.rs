@@ -34,13 +34,21 @@ const SCOPE: u32 = 1;
 const SPANS: u32 = 2;
 const SCOPE_SCHEMA_URL: u32 = 3;
 
-/// The protobuf of a span's instrumentation scope.
-pub fn scope_of(span: &SpanData) -> (InstrumentationScope, String) {
-    let scope = &span.instrumentation_scope;
-    (
-        InstrumentationScope::from((scope, None)),
-        scope.schema_url().unwrap_or_default().to_string(),
-    )
+/// A tracer's instrumentation scope, converted once.
+#[derive(Debug, Default, Clone)]
+pub struct Scope {
+    scope: InstrumentationScope,
+    schema_url: String,
+}
+
+impl Scope {
+    pub fn of(span: &SpanData) -> Scope {
+        let scope = &span.instrumentation_scope;
+        Scope {
+            scope: InstrumentationScope::from((scope, None)),
+            schema_url: scope.schema_url().unwrap_or_default().to_string(),
+        }
+    }
 }
 
 /// Appends `span` to `buf` as one entry of a `ScopeSpans.spans` field.
@@ -48,19 +56,11 @@ pub fn append_span(span: &Span, buf: &mut Vec<u8>) {
     message::encode(SPANS, span, buf);
 }
 
-/// The OTLP form of a finished span.
-pub fn to_proto(span: SpanData) -> Span {
-    Span::from(span)
-}
-
-/// What a request carries around its spans: the process's resource and the tracer's
-/// scope, converted once.
+/// What every request carries around its spans: the process's resource, converted once.
 #[derive(Debug, Default, Clone)]
 pub struct Envelope {
     resource: Resource,
     resource_schema_url: String,
-    scope: InstrumentationScope,
-    scope_schema_url: String,
 }
 
 impl Envelope {
@@ -73,16 +73,12 @@ impl Envelope {
         self.resource_schema_url = converted.schema_url.unwrap_or_default();
     }
 
-    pub fn set_scope(&mut self, (scope, schema_url): (InstrumentationScope, String)) {
-        self.scope = scope;
-        self.scope_schema_url = schema_url;
-    }
-
-    /// An `ExportTraceServiceRequest` holding `spans`, a run of [`append_span`] entries.
-    pub fn request(&self, spans: &[u8]) -> Vec<u8> {
-        let scope_spans_len = message::encoded_len(SCOPE, &self.scope)
+    /// An `ExportTraceServiceRequest` holding `spans`, a run of [`append_span`] entries
+    /// made by tracers of `scope`.
+    pub fn request(&self, scope: &Scope, spans: &[u8]) -> Vec<u8> {
+        let scope_spans_len = message::encoded_len(SCOPE, &scope.scope)
             + spans.len()
-            + optional_string_len(SCOPE_SCHEMA_URL, &self.scope_schema_url);
+            + optional_string_len(SCOPE_SCHEMA_URL, &scope.schema_url);
         let resource_spans_len = message::encoded_len(RESOURCE, &self.resource)
             + key_len(SCOPE_SPANS)
             + encoded_len_varint(scope_spans_len as u64)
@@ -97,9 +93,9 @@ impl Envelope {
         message::encode(RESOURCE, &self.resource, &mut buf);
         encode_key(SCOPE_SPANS, LengthDelimited, &mut buf);
         encode_varint(scope_spans_len as u64, &mut buf);
-        message::encode(SCOPE, &self.scope, &mut buf);
+        message::encode(SCOPE, &scope.scope, &mut buf);
         buf.extend_from_slice(spans);
-        optional_string(SCOPE_SCHEMA_URL, &self.scope_schema_url, &mut buf);
+        optional_string(SCOPE_SCHEMA_URL, &scope.schema_url, &mut buf);
         optional_string(RESOURCE_SCHEMA_URL, &self.resource_schema_url, &mut buf);
         debug_assert_eq!(buf.len(), total);
         buf
@@ -121,12 +117,12 @@ fn optional_string(tag: u32, value: &String, buf: &mut Vec<u8>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use opentelemetry::trace::{
         SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
     };
-    use opentelemetry::{InstrumentationScope as Scope, KeyValue};
+    use opentelemetry::KeyValue;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
     use opentelemetry_sdk::trace::{SpanEvents, SpanLinks};
@@ -134,7 +130,8 @@ mod tests {
     use std::borrow::Cow;
     use std::time::{Duration, SystemTime};
 
-    fn span(name: &str, scope: &Scope) -> SpanData {
+    /// A finished server span named `name`, made by a tracer of `scope`.
+    pub(crate) fn span(name: &str, scope: &opentelemetry::InstrumentationScope) -> SpanData {
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         SpanData {
             span_context: SpanContext::new(
@@ -167,7 +164,7 @@ mod tests {
 
     #[test]
     fn a_request_is_what_the_crate_itself_would_send() {
-        let scope = Scope::builder("toolgate")
+        let scope = opentelemetry::InstrumentationScope::builder("toolgate")
             .with_version("1.2.3")
             .with_schema_url("https://opentelemetry.io/schemas/1.37.0")
             .build();
@@ -183,13 +180,12 @@ mod tests {
 
         let mut envelope = Envelope::default();
         envelope.set_resource(&resource);
-        envelope.set_scope(scope_of(&spans[0]));
         let mut entries = Vec::new();
         for span in spans.clone() {
-            append_span(&to_proto(span), &mut entries);
+            append_span(&Span::from(span), &mut entries);
         }
-        let ours = ExportTraceServiceRequest::decode(envelope.request(&entries).as_slice())
-            .expect("a valid request");
+        let request = envelope.request(&Scope::of(&spans[0]), &entries);
+        let ours = ExportTraceServiceRequest::decode(request.as_slice()).expect("a valid request");
 
         let theirs = ExportTraceServiceRequest {
             resource_spans: group_spans_by_resource_and_scope(
@@ -204,7 +200,8 @@ mod tests {
     #[test]
     fn empty_schema_urls_are_left_out_and_an_empty_batch_is_still_valid() {
         let envelope = Envelope::default();
-        let request = ExportTraceServiceRequest::decode(envelope.request(&[]).as_slice()).unwrap();
+        let request = envelope.request(&Scope::default(), &[]);
+        let request = ExportTraceServiceRequest::decode(request.as_slice()).unwrap();
         let scope_spans = &request.resource_spans[0].scope_spans[0];
         assert!(scope_spans.spans.is_empty() && scope_spans.schema_url.is_empty());
     }

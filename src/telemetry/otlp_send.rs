@@ -40,9 +40,9 @@ pub enum Sender {
 
 /// Why a request failed, and whether trying again may help.
 #[derive(Debug)]
-pub struct Failure {
-    pub message: String,
-    pub transient: bool,
+struct Failure {
+    message: String,
+    transient: bool,
 }
 
 impl Sender {
