@@ -4,10 +4,10 @@
 # Issue 19's soak: the full profile (schema, CEL rules, audit to a file, spans to an OTLP
 # receiver) under a steady open-loop load at ~70% of its saturated rate, for 10 minutes.
 # It builds release binaries, starts on loopback bench/run.sh's fast backend, its OTLP
-# sink and toolgate, measures the saturated rate as a sustained one (bench/run.sh's REST
-# load with wrk for SOAK_SATURATION_SECONDS at SOAK_CONNECTIONS, audit and spans on, as
-# in the soak), then drives `benchkit paced` at SOAK_PERCENT of it
-# while sampling toolgate every SOAK_INTERVAL seconds: RSS, open file descriptors,
+# sink and toolgate, measures the saturated rate with the soak's own load (`benchkit
+# paced` asked for more than it can get, SOAK_SATURATION_SECONDS at SOAK_CONNECTIONS,
+# audit and spans on), then starts a fresh toolgate and drives `benchkit paced` at
+# SOAK_PERCENT of that rate while sampling it every SOAK_INTERVAL seconds: RSS, open file descriptors,
 # threads, and the runtime's alive tasks from /metrics. It passes when
 #   - no request failed (non-2xx or transport error);
 #   - after the warm-up (10% of the run, 10 to 60 s) every RSS sample is within ±10% of
@@ -61,7 +61,10 @@ kit=$root/target/release/examples/benchkit
 work=$(mktemp -d /tmp/toolgate-soak.XXXXXX)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    pkill -P "$pid" 2>/dev/null || true # a load run in the background: its timeout and paced
+    kill "$pid" 2>/dev/null || true
+  done
   wait 2>/dev/null || true
   if [ -z "${SOAK_KEEP:-}" ]; then rm -rf "$work"; else log "kept $work"; fi
 }
@@ -80,7 +83,12 @@ pids+=($!)
 "$kit" otlp-sink --listen "127.0.0.1:$port_otlp" >"$work/otlp.log" 2>&1 &
 pids+=($!)
 audit=$work/audit.log
-cat >"$work/toolgate.yaml" <<EOF
+# One toolgate with the full profile, auditing to $1; sets $pid. The saturated rate is
+# measured on one such process and the soak runs on a fresh one: memory a minute of
+# saturation leaves in the allocator drains over minutes, and that is the calibration's
+# trace, not the soak's (bench/SOAK.md, 2 December).
+start_toolgate() { # audit-path
+  cat >"$work/toolgate.yaml" <<EOF
 listen: 127.0.0.1:$port_agent
 admin: 127.0.0.1:$port_admin
 upstream: http://127.0.0.1:$port_backend
@@ -88,53 +96,81 @@ policies: {files: [$root/bench/policies/full.yaml]}
 identity:
   tokens: $root/bench/tokens.yaml
   taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]
-audit: {path: $audit}
+audit: {path: $1}
 telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-soak}
 EOF
-# shellcheck disable=SC2086
-TOOLGATE_LOG=warn env ${SOAK_ENV:-} "$toolgate" run --config "$work/toolgate.yaml" >"$work/toolgate.log" 2>&1 &
-pid=$!
-pids+=("$pid")
-for p in $port_backend $port_otlp $port_agent $port_admin; do wait_port "$p"; done
-# Listening comes before the first policy snapshot: wait for /readyz too.
-for _ in $(seq 100); do
-  curl -sf --max-time 1 -o /dev/null "http://127.0.0.1:$port_admin/readyz" && break
-  sleep 0.1
-done
+  # shellcheck disable=SC2086
+  TOOLGATE_LOG=warn env ${SOAK_ENV:-} "$toolgate" run --config "$work/toolgate.yaml" \
+    >>"$work/toolgate.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  for p in $port_agent $port_admin; do wait_port "$p"; done
+  # Listening comes before the first policy snapshot: wait for /readyz too.
+  for _ in $(seq 100); do
+    curl -sf --max-time 1 -o /dev/null "http://127.0.0.1:$port_admin/readyz" && break
+    sleep 0.1
+  done
+}
+stop_toolgate() { # a clean stop: it flushes the audit log
+  kill -TERM "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  wait "$pid" 2>/dev/null || true
+}
+for p in $port_backend $port_otlp; do wait_port "$p"; done
+start_toolgate "$work/calibration-audit.log"
 
 export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
 BENCH_TASK=$("$kit" task-token --agent bench-bot)
 export BENCH_TASK
 url=http://127.0.0.1:$port_agent
-status=$(curl -sS --max-time 10 -o "$work/check.body" -w '%{http_code}' \
-  -H 'Content-Type: application/json' -H 'Authorization: Bearer bench-token' \
-  -H "X-Toolgate-Task: $BENCH_TASK" --data-binary "@$BENCH_BODY" "$url/search")
-if [ "$status" != 200 ] || ! grep -q '"ok":true' "$work/check.body"; then
-  echo "the REST call was not answered: $status $(cat "$work/check.body")" >&2
-  exit 1
-fi
+check_call() {
+  local status
+  status=$(curl -sS --max-time 10 -o "$work/check.body" -w '%{http_code}' \
+    -H 'Content-Type: application/json' -H 'Authorization: Bearer bench-token' \
+    -H "X-Toolgate-Task: $BENCH_TASK" --data-binary "@$BENCH_BODY" "$url/search")
+  if [ "$status" != 200 ] || ! grep -q '"ok":true' "$work/check.body"; then
+    echo "the REST call was not answered: $status $(cat "$work/check.body")" >&2
+    exit 1
+  fi
+}
+check_call
 
 # --- saturated rate -------------------------------------------------------------------
+paced_load() { # rate seconds out-file: the soak's load, open loop on $connections connections
+  timeout $(($2 * 3 + 120)) "$kit" paced --url "$url/search" --rate "$1" --seconds "$2" \
+    --warmup 0 --connections "$connections" --body-file "$BENCH_BODY" \
+    --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
+    --header "X-Toolgate-Task: $BENCH_TASK" >"$3" 2>"$3.err"
+}
 if [ -n "${SOAK_RATE:-}" ]; then
   saturated="not measured: SOAK_RATE" rate=$SOAK_RATE
 else
-  # Sustained, not a burst: a 5 s burst measured a rate that the full profile, with its
-  # audit log growing by gigabytes and the sink decoding two spans a call on the same
-  # cores, could not keep for ten minutes (bench/SOAK.md). So saturation is what wrk
-  # gets over SOAK_SATURATION_SECONDS (60 by default), audit and spans on, after a warm-up.
-  wrk_rate() { # conc seconds -> requests/s of a wrk run that long (after a 5 s warm-up)
-    timeout 30 wrk -t1 -c"$1" -d5s -s "$BENCH_DIR/wrk/rest.lua" "$url" >/dev/null
-    timeout $(($2 + 30)) wrk -t1 -c"$1" -d"$2"s -s "$BENCH_DIR/wrk/rest.lua" "$url" | awk '/^RESULT/ {
-      for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-      if (v["errors"] > 0) { print "wrk saw " v["errors"] " errors" > "/dev/stderr"; exit 1 }
-      printf "%d\n", v["requests"] / (v["duration_us"] / 1e6) }'
-  }
-  saturated=$(wrk_rate "$connections" "${SOAK_SATURATION_SECONDS:-60}")
-  log "sustained saturated rate at c=$connections over ${SOAK_SATURATION_SECONDS:-60} s: $saturated requests/s"
+  # Saturation is measured with the soak's own load: `benchkit paced` on the same
+  # connections, asked for twice what wrk gets, so each connection sends its next request
+  # as soon as the last is answered; the rate is what was answered per second of wall
+  # time, over SOAK_SATURATION_SECONDS (60). The generator, the backend and the sink share
+  # the two cores with toolgate, and paced costs more per request than wrk, so 70% of
+  # wrk's rate (a 5 s burst until 1 December, 60 s after) left no headroom for ten
+  # minutes (bench/SOAK.md).
+  timeout 30 wrk -t1 -c"$connections" -d5s -s "$BENCH_DIR/wrk/rest.lua" "$url" >/dev/null
+  burst=$(timeout 60 wrk -t1 -c"$connections" -d10s -s "$BENCH_DIR/wrk/rest.lua" "$url" |
+    awk '/^RESULT/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+      printf "%d\n", v["requests"] / (v["duration_us"] / 1e6) }')
+  log "wrk at c=$connections over 10 s: $burst requests/s; paced at twice that follows"
+  t_start=${EPOCHREALTIME/./}
+  paced_load $((burst * 2)) $((${SOAK_SATURATION_SECONDS:-60} / 2)) "$work/saturation.out"
+  elapsed_us=$((${EPOCHREALTIME/./} - t_start))
+  saturated=$(awk -v us="$elapsed_us" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+    END { if (v["errors"] > 0) { print "saturation: " v["errors"] " errors" > "/dev/stderr"; exit 1 }
+      printf "%d\n", v["sent"] / (us / 1e6) }' "$work/saturation.out")
+  log "saturated rate with the soak's load over $((elapsed_us / 1000000)) s: $saturated requests/s"
   rate=$((saturated * percent / 100))
 fi
 
 # --- the soak -------------------------------------------------------------------------
+stop_toolgate
+start_toolgate "$audit"
+check_call
 metric() { # name-prefix: the sum of a /metrics family, empty when the scrape fails
   { curl -sS --max-time 2 "http://127.0.0.1:$port_admin/metrics" 2>/dev/null || true; } |
     awk -v m="$1" 'index($0, m) == 1 { s += $NF; n++ } END { if (n) printf "%d", s }'
@@ -168,10 +204,7 @@ rss_idle_before=$(rss_now)
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 log "soak: $rate requests/s for ${seconds}s over $connections connections" \
   "(warm-up ${warmup}s), load average $loadavg_before"
-timeout $((seconds + 120)) "$kit" paced --url "$url/search" --rate "$rate" --seconds "$seconds" \
-  --warmup 0 --connections "$connections" --body-file "$BENCH_BODY" \
-  --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
-  --header "X-Toolgate-Task: $BENCH_TASK" >"$work/paced.out" 2>"$work/paced.err" &
+paced_load "$rate" "$seconds" "$work/paced.out" &
 paced=$!
 pids+=("$paced")
 
@@ -199,7 +232,7 @@ done
 paced_status=0
 wait "$paced" || paced_status=$?
 loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)
-[ "$paced_status" = 0 ] || log "paced exited with $paced_status: $(cat "$work/paced.err")"
+[ "$paced_status" = 0 ] || log "paced exited with $paced_status: $(cat "$work/paced.out.err")"
 paced_line=$(cat "$work/paced.out")
 log "paced: $paced_line"
 
@@ -209,9 +242,7 @@ rss_idle_after=$(rss_now)
 spans_dropped=$(metric toolgate_spans_dropped_total)
 peak_rss=$(awk '$1 == "VmHWM:" {print $2}' "/proc/$pid/status")
 # A clean stop flushes the audit log; then the whole chain is checked.
-kill -TERM "$pid"
-for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-wait "$pid" 2>/dev/null || true
+stop_toolgate
 verify_status=0
 verify_out=$(timeout 600 "$toolgate" audit verify "$audit" 2>&1) || verify_status=$?
 log "audit verify: $verify_out"
