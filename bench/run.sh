@@ -320,6 +320,12 @@ for round in $(seq "$rounds"); do
 done
 
 # --- open-loop load at a fixed rate: added latency --------------------------------------
+admit_timing() { # full-redis's admission round trips so far: "seconds count"
+  curl -sS --max-time 2 "http://127.0.0.1:$((port_full_redis + 10))/metrics" |
+    awk '/^toolgate_state_duration_seconds_sum\{.*op="admit"/ { s = $NF }
+      /^toolgate_state_duration_seconds_count\{.*op="admit"/ { c = $NF }
+      END { printf "%s %d\n", (s == "" ? 0 : s), c }'
+}
 # Three rounds by default, so the median is one run's and a single outlier can't move it.
 for round in $(seq "$paced_rounds"); do
   rotate "$round"
@@ -327,12 +333,21 @@ for round in $(seq "$paced_rounds"); do
     # At this rate the box is mostly idle: what a call costs there is its own work plus
     # the threads it wakes, so the target's CPU and context switches are counted too.
     ticks0=$(cpu_ticks "${pid[$t]}") switches0=$(switches "${pid[$t]}")
+    [ "$t" = full-redis ] && admit0=$(admit_timing)
     line=$("$kit" paced --url "http://127.0.0.1:${port[$t]}/search" --rate "$paced_rate" \
       --seconds "$paced_seconds" --connections 16 --body-file "$BENCH_BODY" \
       --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
       --header "X-Toolgate-Task: $BENCH_TASK")
     line+=" clk_tck=$clk_tck cpu_target_ticks=$(($(cpu_ticks "${pid[$t]}") - ticks0))"
     line+=" switches=$(($(switches "${pid[$t]}") - switches0))"
+    if [ "$t" = full-redis ]; then
+      # The admission round trip as the sidecar's own Redis client makes it, over the
+      # same calls: the sum and count of toolgate_state_duration_seconds{op="admit"}.
+      read -r sum0 count0 <<<"$admit0"
+      read -r sum1 count1 <<<"$(admit_timing)"
+      line+=" admit_seconds=$(awk -v a="$sum0" -v b="$sum1" 'BEGIN { printf "%.6f", b - a }')"
+      line+=" admit_count=$((count1 - count0))"
+    fi
     log "paced round $round $t: $line"
     printf 'paced\t%s\t%s\t%s\n' "$t" "$round" "$line" >>"$results"
   done
