@@ -321,7 +321,7 @@ done
 
 # --- open-loop load at a fixed rate: added latency --------------------------------------
 admit_timing() { # full-redis's admission round trips so far: "seconds count"
-  curl -sS --max-time 2 "http://127.0.0.1:$((port_full_redis + 10))/metrics" |
+  { curl -sS --max-time 2 "http://127.0.0.1:$((port_full_redis + 10))/metrics" || true; } |
     awk '/^toolgate_state_duration_seconds_sum\{.*op="admit"/ { s = $NF }
       /^toolgate_state_duration_seconds_count\{.*op="admit"/ { c = $NF }
       END { printf "%s %d\n", (s == "" ? 0 : s), c }'

@@ -136,11 +136,11 @@ check_call() {
 check_call
 
 # --- saturated rate -------------------------------------------------------------------
-paced_load() { # rate seconds out-file: the soak's load, open loop on $connections connections
-  timeout $(($2 * 3 + 120)) "$kit" paced --url "$url/search" --rate "$1" --seconds "$2" \
+paced_load() { # rate seconds time-limit out-file: the soak's load, open loop on $connections connections
+  timeout "$3" "$kit" paced --url "$url/search" --rate "$1" --seconds "$2" \
     --warmup 0 --connections "$connections" --body-file "$BENCH_BODY" \
     --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
-    --header "X-Toolgate-Task: $BENCH_TASK" >"$3" 2>"$3.err"
+    --header "X-Toolgate-Task: $BENCH_TASK" >"$4" 2>"$4.err"
 }
 if [ -n "${SOAK_RATE:-}" ]; then
   saturated="not measured: SOAK_RATE" rate=$SOAK_RATE
@@ -156,9 +156,15 @@ else
   burst=$(timeout 60 wrk -t1 -c"$connections" -d10s -s "$BENCH_DIR/wrk/rest.lua" "$url" |
     awk '/^RESULT/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
       printf "%d\n", v["requests"] / (v["duration_us"] / 1e6) }')
+  if [ -z "$burst" ] || [ "$burst" -le 0 ]; then
+    echo "wrk measured no rate to size the saturation run" >&2
+    exit 1
+  fi
   log "wrk at c=$connections over 10 s: $burst requests/s; paced at twice that follows"
+  # Twice the rate for half the time: about SOAK_SATURATION_SECONDS of wall time.
+  sat_schedule=$((${SOAK_SATURATION_SECONDS:-60} / 2))
   t_start=${EPOCHREALTIME/./}
-  paced_load $((burst * 2)) $((${SOAK_SATURATION_SECONDS:-60} / 2)) "$work/saturation.out"
+  paced_load $((burst * 2)) "$sat_schedule" $((sat_schedule * 4 + 60)) "$work/saturation.out"
   elapsed_us=$((${EPOCHREALTIME/./} - t_start))
   saturated=$(awk -v us="$elapsed_us" '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
     END { if (v["errors"] > 0) { print "saturation: " v["errors"] " errors" > "/dev/stderr"; exit 1 }
@@ -204,7 +210,7 @@ rss_idle_before=$(rss_now)
 loadavg_before=$(cut -d' ' -f1-3 /proc/loadavg)
 log "soak: $rate requests/s for ${seconds}s over $connections connections" \
   "(warm-up ${warmup}s), load average $loadavg_before"
-paced_load "$rate" "$seconds" "$work/paced.out" &
+paced_load "$rate" "$seconds" $((seconds + 120)) "$work/paced.out" &
 paced=$!
 pids+=("$paced")
 
