@@ -22,6 +22,7 @@
 # 13,000 calls/s and is deleted on exit unless SOAK_KEEP is set. Needs wrk (installed
 # with apt-get when missing, as bench/run.sh does), curl and python3. Knobs (environment):
 #   SOAK_SECONDS=600  SOAK_PERCENT=70  SOAK_RATE= (skip the measurement, use this rate)
+#   SOAK_PROTOCOL=grpc (how spans are exported: grpc, the default, or http)
 #   SOAK_BINARY=/path/to/toolgate (another build)  SOAK_ENV="NAME=value ..." (its environment)
 #   SOAK_SATURATION_SECONDS=60
 #   SOAK_INTERVAL=5  SOAK_CONNECTIONS=64  SOAK_PORT_BASE=18900  SOAK_NO_BUILD=1
@@ -74,13 +75,23 @@ port_backend=$base
 port_otlp=$((base + 1))
 port_agent=$((base + 2))
 port_admin=$((base + 3))
-ports_free "$base" $((base + 3)) SOAK_PORT_BASE
+port_otlp_http=$((base + 4))
+ports_free "$base" $((base + 4)) SOAK_PORT_BASE
+case ${SOAK_PROTOCOL:-grpc} in
+  grpc) telemetry="{otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-soak}" ;;
+  http) telemetry="{otlpEndpoint: 'http://127.0.0.1:$port_otlp_http/v1/traces', otlpProtocol: http, serviceName: toolgate-soak}" ;;
+  *)
+    echo "SOAK_PROTOCOL must be grpc or http" >&2
+    exit 2
+    ;;
+esac
 
 # --- servers --------------------------------------------------------------------------
 log "starting backend, OTLP sink and toolgate (full profile) in $work"
 "$kit" backend --listen "127.0.0.1:$port_backend" >"$work/backend.log" 2>&1 &
 pids+=($!)
-"$kit" otlp-sink --listen "127.0.0.1:$port_otlp" >"$work/otlp.log" 2>&1 &
+"$kit" otlp-sink --listen "127.0.0.1:$port_otlp" --http-listen "127.0.0.1:$port_otlp_http" \
+  >"$work/otlp.log" 2>&1 &
 pids+=($!)
 audit=$work/audit.log
 # One toolgate with the full profile, auditing to $1; sets $pid. The saturated rate is
@@ -97,7 +108,7 @@ identity:
   tokens: $root/bench/tokens.yaml
   taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]
 audit: {path: $1}
-telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-soak}
+telemetry: $telemetry
 EOF
   # shellcheck disable=SC2086
   TOOLGATE_LOG=warn env ${SOAK_ENV:-} "$toolgate" run --config "$work/toolgate.yaml" \
@@ -116,7 +127,7 @@ stop_toolgate() { # a clean stop: it flushes the audit log
   for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   wait "$pid" 2>/dev/null || true
 }
-for p in $port_backend $port_otlp; do wait_port "$p"; done
+for p in $port_backend $port_otlp $port_otlp_http; do wait_port "$p"; done
 start_toolgate "$work/calibration-audit.log"
 
 export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
@@ -253,7 +264,7 @@ verify_status=0
 verify_out=$(timeout 600 "$toolgate" audit verify "$audit" 2>&1) || verify_status=$?
 log "audit verify: $verify_out"
 
-SOAK_SAMPLES=$samples SOAK_WARMUP=$warmup SOAK_PACED="$paced_line" SOAK_PACED_STATUS=$paced_status \
+SOAK_SAMPLES=$samples SOAK_PROTOCOL_USED=${SOAK_PROTOCOL:-grpc} SOAK_WARMUP=$warmup SOAK_PACED="$paced_line" SOAK_PACED_STATUS=$paced_status \
   SOAK_RATE_USED=$rate SOAK_SATURATED=$saturated SOAK_PERCENT_USED=$percent \
   SOAK_DURATION=$seconds SOAK_CONN=$connections SOAK_VERIFY_STATUS=$verify_status \
   SOAK_VERIFY_OUT="$verify_out" SOAK_RECORDS=$((records_after - records_before)) \
@@ -329,7 +340,7 @@ at_warmup = next((s["rss"] for s in samples if s["t"] >= warmup), rss[0])
 ms = lambda key: f"{int(paced.get(key, 0)) / 1000:.2f}"
 every = samples[1]["t"] - samples[0]["t"] if len(samples) > 1 else 0
 print(f"""
-soak of toolgate (full profile), {env['SOAK_DURATION']} s at {env['SOAK_RATE_USED']} requests/s \
+soak of toolgate (full profile, spans over {env['SOAK_PROTOCOL_USED']}), {env['SOAK_DURATION']} s at {env['SOAK_RATE_USED']} requests/s \
 ({env['SOAK_PERCENT_USED']}% of saturated {env['SOAK_SATURATED']}), {conns} connections
 load average {env['SOAK_LOADAVG']}
 

@@ -53,6 +53,9 @@ enum Command {
     OtlpSink {
         #[arg(long)]
         listen: SocketAddr,
+        /// Also receive OTLP/HTTP (protobuf, `POST /v1/traces`) here.
+        #[arg(long)]
+        http_listen: Option<SocketAddr>,
     },
     /// Sends requests at a fixed rate and prints latency percentiles.
     Paced(paced::Options),
@@ -85,7 +88,10 @@ fn main() -> anyhow::Result<()> {
         Command::BareProxy { listen, upstream } => {
             runtime()?.block_on(bare_proxy::run(listen, upstream))
         }
-        Command::OtlpSink { listen } => runtime()?.block_on(otlp_sink::run(listen)),
+        Command::OtlpSink {
+            listen,
+            http_listen,
+        } => runtime()?.block_on(otlp_sink::run(listen, http_listen)),
         Command::Paced(options) => {
             // One thread: the generator should take as little of the machine as it can.
             let rt = tokio::runtime::Builder::new_current_thread()

@@ -1,8 +1,14 @@
-//! An OTLP/gRPC trace receiver that only counts spans: the far end of the full
-//! toolgate's export, so the benchmark pays for real span export without a collector.
+//! An OTLP trace receiver that only counts spans: the far end of the full toolgate's
+//! export, so the benchmark pays for real span export without a collector. gRPC, and
+//! with `--http-listen` OTLP/HTTP too; each request is decoded, as a collector would.
 //! Prints the count, and the bytes of protobuf they came in, once a second while spans
 //! arrive.
 
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -10,6 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,13 +29,8 @@ struct Sink {
     bytes: Arc<AtomicU64>,
 }
 
-#[tonic::async_trait]
-impl TraceService for Sink {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let request = request.into_inner();
+impl Sink {
+    fn count(&self, request: &ExportTraceServiceRequest) {
         self.bytes
             .fetch_add(request.encoded_len() as u64, Ordering::Relaxed);
         let count: usize = request
@@ -38,14 +40,73 @@ impl TraceService for Sink {
             .map(|s| s.spans.len())
             .sum();
         self.spans.fetch_add(count as u64, Ordering::Relaxed);
+    }
+
+    /// One OTLP/HTTP request: `POST /v1/traces` with a protobuf body.
+    async fn http(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let status = if request.method() != Method::POST || request.uri().path() != "/v1/traces" {
+            StatusCode::NOT_FOUND
+        } else {
+            match request.into_body().collect().await.map(|b| b.to_bytes()) {
+                Ok(body) => match ExportTraceServiceRequest::decode(body) {
+                    Ok(decoded) => {
+                        self.count(&decoded);
+                        StatusCode::OK
+                    }
+                    Err(_) => StatusCode::BAD_REQUEST,
+                },
+                Err(_) => StatusCode::BAD_REQUEST,
+            }
+        };
+        let mut response = Response::new(Full::new(Bytes::from(
+            ExportTraceServiceResponse::default().encode_to_vec(),
+        )));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-protobuf"),
+        );
+        response
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Sink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.count(&request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse {
             partial_success: None,
         }))
     }
 }
 
-pub async fn run(listen: SocketAddr) -> anyhow::Result<()> {
+/// Receives OTLP/HTTP on `listener` until accepting fails.
+async fn serve_http(sink: Sink, listener: TcpListener) -> anyhow::Result<()> {
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let sink = sink.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let sink = sink.clone();
+                async move { Ok::<_, Infallible>(sink.http(request).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+pub async fn run(listen: SocketAddr, http_listen: Option<SocketAddr>) -> anyhow::Result<()> {
     let sink = Sink::default();
+    if let Some(http_listen) = http_listen {
+        let listener = TcpListener::bind(http_listen).await?;
+        tokio::spawn(serve_http(sink.clone(), listener));
+    }
     let (spans, bytes) = (sink.spans.clone(), sink.bytes.clone());
     tokio::spawn(async move {
         let mut last = 0;
