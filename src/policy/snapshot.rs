@@ -213,22 +213,7 @@ mod tests {
         objects
     }
 
-    const BASE: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: read-logs}
-spec:
-  tool: read_logs
-  http: {method: GET, path: "/logs/{service}"}
-  input: {type: object}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: read_logs}]
-"#;
+    const BASE: &str = include_str!("../../tests/fixtures/policies/read-logs-minimal.yaml");
 
     #[test]
     fn builds_routes_and_policies() {

@@ -123,6 +123,24 @@ pub struct Received {
     pub status: Option<u16>,
 }
 
+impl Received {
+    /// A send that got no answer: whether the backend may have run the call follows from
+    /// how the send failed (nothing was sent when no connection could be made).
+    pub fn unanswered(failure: Failure, deadline: Duration) -> Received {
+        let ran = match failure {
+            Failure::Unavailable => Ran::No,
+            Failure::Broken | Failure::TimedOut => Ran::Maybe,
+        };
+        Received {
+            settled: Settled::Failed {
+                reject: failure_reject(failure, false, deadline),
+                ran,
+            },
+            status: None,
+        }
+    }
+}
+
 /// Sends a non-idempotent call once and buffers its answer. `deadline` bounds the whole
 /// exchange; it runs detached from the request, so give it the dedupe window, not the
 /// tool's timeout.
@@ -135,20 +153,7 @@ pub async fn send_buffered(
     let started = Instant::now();
     let response = match exchange.send(&upstream, deadline).await {
         Ok(response) => response,
-        Err(failure) => {
-            let ran = match failure {
-                Failure::Unavailable => Ran::No,
-                Failure::Broken | Failure::TimedOut => Ran::Maybe,
-            };
-            let settled = Settled::Failed {
-                reject: failure_reject(failure, false, deadline),
-                ran,
-            };
-            return Received {
-                settled,
-                status: None,
-            };
-        }
+        Err(failure) => return Received::unanswered(failure, deadline),
     };
     let status = response.status();
     Received {

@@ -58,21 +58,7 @@ pub async fn collect(
     let deadline = tokio::time::Instant::now() + window;
     let response = match exchange.send_once(&upstream, window).await {
         Ok(response) => response,
-        Err(failure) => {
-            let ran = if failure == SendFailure::Unavailable {
-                Ran::No
-            } else {
-                Ran::Maybe
-            };
-            let settled = Settled::Failed {
-                reject: failure_reject(failure, false, window),
-                ran,
-            };
-            return Received {
-                settled,
-                status: None,
-            };
-        }
+        Err(failure) => return Received::unanswered(failure, window),
     };
     let status = response.status();
     Received {
