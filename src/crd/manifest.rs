@@ -197,7 +197,22 @@ fn spec_of<T: serde::de::DeserializeOwned>(
 mod tests {
     use super::*;
 
-    const GOOD: &str = include_str!("../../tests/fixtures/policies/read-logs-minimal.yaml");
+    const GOOD: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: read-logs}
+spec:
+  tool: read_logs
+  http: {method: GET, path: "/logs/{service}"}
+  input: {type: object}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: read_logs}]
+"#;
 
     #[test]
     fn parses_many_documents() {

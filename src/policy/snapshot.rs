@@ -213,7 +213,22 @@ mod tests {
         objects
     }
 
-    const BASE: &str = include_str!("../../tests/fixtures/policies/read-logs-minimal.yaml");
+    const BASE: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: read-logs}
+spec:
+  tool: read_logs
+  http: {method: GET, path: "/logs/{service}"}
+  input: {type: object}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools: [{name: read_logs}]
+"#;
 
     #[test]
     fn builds_routes_and_policies() {
