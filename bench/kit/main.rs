@@ -4,6 +4,7 @@
 //! benchkit backend    --listen ADDR                  a fast backend (REST and MCP answers)
 //! benchkit bare-proxy --listen ADDR --upstream URL   the floor: a pass-through on hyper
 //! benchkit otlp-sink  --listen ADDR                  an OTLP/gRPC receiver that counts spans
+//!                     [--http-listen ADDR]           (and OTLP/HTTP, `POST /v1/traces`)
 //! benchkit paced      --url URL --rate N ...         open-loop load at a fixed rate
 //! benchkit task-token --agent ID                     a task token signed by the demo key
 //! benchkit session-memory [--count N]                RSS with N active sessions
