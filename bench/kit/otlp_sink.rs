@@ -47,15 +47,13 @@ impl Sink {
         let status = if request.method() != Method::POST || request.uri().path() != "/v1/traces" {
             StatusCode::NOT_FOUND
         } else {
-            match request.into_body().collect().await.map(|b| b.to_bytes()) {
-                Ok(body) => match ExportTraceServiceRequest::decode(body) {
-                    Ok(decoded) => {
-                        self.count(&decoded);
-                        StatusCode::OK
-                    }
-                    Err(_) => StatusCode::BAD_REQUEST,
-                },
-                Err(_) => StatusCode::BAD_REQUEST,
+            let body = request.into_body().collect().await.ok();
+            match body.and_then(|b| ExportTraceServiceRequest::decode(b.to_bytes()).ok()) {
+                Some(decoded) => {
+                    self.count(&decoded);
+                    StatusCode::OK
+                }
+                None => StatusCode::BAD_REQUEST,
             }
         };
         let mut response = Response::new(Full::new(Bytes::from(
@@ -77,9 +75,7 @@ impl TraceService for Sink {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         self.count(&request.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
 
