@@ -196,27 +196,11 @@ fn spec_of<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const GOOD: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: read-logs}
-spec:
-  tool: read_logs
-  http: {method: GET, path: "/logs/{service}"}
-  input: {type: object}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: read_logs}]
-"#;
+    use crate::crd::fixtures::READ_LOGS;
 
     #[test]
     fn parses_many_documents() {
-        let (objects, errors) = parse_documents("a.yaml", GOOD);
+        let (objects, errors) = parse_documents("a.yaml", READ_LOGS);
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(objects.len(), 2);
         assert_eq!(objects[0].key.to_string(), "ToolContract/read-logs");
@@ -225,7 +209,7 @@ spec:
 
     #[test]
     fn unknown_field_names_its_path() {
-        let text = GOOD.replace(
+        let text = READ_LOGS.replace(
             "tools: [{name: read_logs}]",
             "tools: [{name: read_logs, ruls: []}]",
         );
@@ -239,13 +223,13 @@ spec:
 
     #[test]
     fn wrong_api_version_and_kind_are_errors() {
-        let text = GOOD.replace(
+        let text = READ_LOGS.replace(
             "toolgate.dev/v1alpha1\nkind: ToolContract",
             "v1\nkind: ToolContract",
         );
         let (_, errors) = parse_documents("a.yaml", &text);
         assert_eq!(errors[0].field.as_deref(), Some("apiVersion"));
-        let text = GOOD.replace("kind: AgentPolicy", "kind: Gadget");
+        let text = READ_LOGS.replace("kind: AgentPolicy", "kind: Gadget");
         let (_, errors) = parse_documents("a.yaml", &text);
         assert!(errors[0].message.contains("Gadget"));
     }

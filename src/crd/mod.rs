@@ -7,6 +7,8 @@
 //! cluster's structural validation and the file parser can't disagree.
 
 pub mod definition;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod manifest;
 
 pub use manifest::{parse_documents, parse_value, Manifest, ManifestError, Object, ObjectKey};

@@ -69,7 +69,7 @@ const METHODS: [Method; 7] = [
     Method::OPTIONS,
 ];
 
-fn classify_snapshot() -> &'static Snapshot {
+pub(crate) fn classify_snapshot() -> &'static Snapshot {
     static SNAPSHOT: OnceLock<Snapshot> = OnceLock::new();
     SNAPSHOT.get_or_init(|| {
         let (objects, errors) = parse_documents("fuzz", CLASSIFY_POLICY);

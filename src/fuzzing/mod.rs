@@ -9,7 +9,7 @@
 
 mod admission;
 mod audit;
-mod classify;
+pub(crate) mod classify;
 mod jsonrpc;
 mod manifest;
 mod sse;

@@ -205,6 +205,7 @@ fn selected(o: &Object, labels: Option<&BTreeMap<String, String>>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crd::fixtures::READ_LOGS;
     use crate::crd::parse_documents;
 
     fn mk_objects(text: &str) -> Vec<Object> {
@@ -213,26 +214,9 @@ mod tests {
         objects
     }
 
-    const BASE: &str = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: read-logs}
-spec:
-  tool: read_logs
-  http: {method: GET, path: "/logs/{service}"}
-  input: {type: object}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: AgentPolicy
-metadata: {name: ops-bot}
-spec:
-  agents: [ops-bot]
-  tools: [{name: read_logs}]
-"#;
-
     #[test]
     fn builds_routes_and_policies() {
-        let (s, errors) = Snapshot::build(&mk_objects(BASE), &BuildOptions::default(), 1);
+        let (s, errors) = Snapshot::build(&mk_objects(READ_LOGS), &BuildOptions::default(), 1);
         assert!(errors.is_empty(), "{errors:?}");
         let id = s.tool("read_logs").unwrap();
         assert_eq!(
@@ -255,7 +239,7 @@ spec:
 
     #[test]
     fn a_grant_for_a_tool_this_pod_does_not_serve_does_not_apply() {
-        let text = BASE.replace(
+        let text = READ_LOGS.replace(
             "tools: [{name: read_logs}]",
             "tools: [{name: read_logs}, {name: wipe, rules: [{name: r, expr: 'args.x == 1'}]}]",
         );
@@ -314,10 +298,10 @@ spec:
 
     #[test]
     fn bad_schema_and_bad_rule_name_their_field() {
-        let text = BASE.replace("input: {type: object}", "input: {type: 7}");
+        let text = READ_LOGS.replace("input: {type: object}", "input: {type: 7}");
         let (_, errors) = Snapshot::build(&mk_objects(&text), &BuildOptions::default(), 1);
         assert_eq!(errors[0].field.as_deref(), Some("spec.input"));
-        let text = BASE.replace(
+        let text = READ_LOGS.replace(
             "{name: read_logs}",
             "{name: read_logs, rules: [{name: r, expr: 'args.x >'}]}",
         );
@@ -332,7 +316,7 @@ spec:
     #[test]
     fn hostile_rules_fail_alone_on_the_shared_parser_thread() {
         let deep = format!("{}1{}", "(".repeat(2000), ")".repeat(2000));
-        let text = BASE.replace(
+        let text = READ_LOGS.replace(
             "{name: read_logs}",
             &format!("{{name: read_logs, rules: [{{name: ok, expr: 'args.n > 1'}}, {{name: deep, expr: '{deep}'}}]}}"),
         );
@@ -344,14 +328,14 @@ spec:
         );
         assert!(s.policy_for("ops-bot").is_none());
         // The next build still parses on a healthy thread.
-        let (_, errors) = Snapshot::build(&mk_objects(BASE), &BuildOptions::default(), 2);
+        let (_, errors) = Snapshot::build(&mk_objects(READ_LOGS), &BuildOptions::default(), 2);
         assert!(errors.is_empty(), "{errors:?}");
     }
 
     #[test]
     fn same_objects_same_digest() {
-        let (a, _) = Snapshot::build(&mk_objects(BASE), &BuildOptions::default(), 1);
-        let mut reversed = mk_objects(BASE);
+        let (a, _) = Snapshot::build(&mk_objects(READ_LOGS), &BuildOptions::default(), 1);
+        let mut reversed = mk_objects(READ_LOGS);
         reversed.reverse();
         let (b, _) = Snapshot::build(&reversed, &BuildOptions::default(), 2);
         assert_eq!(a.digest, b.digest);
@@ -359,7 +343,7 @@ spec:
 
     #[test]
     fn workload_selector_filters_in_cluster() {
-        let text = BASE
+        let text = READ_LOGS
             .replace(
                 "  tool: read_logs\n",
                 "  tool: read_logs\n  workloadSelector: {matchLabels: {app: logs}}\n",

@@ -177,37 +177,11 @@ fn typed(schema: &Schema, name: &str, text: String) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::parse_documents;
-    use crate::policy::BuildOptions;
     use serde_json::json;
 
-    fn mk_snapshot() -> Snapshot {
-        let text = r#"
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: read-logs}
-spec:
-  tool: read_logs
-  http: {method: GET, path: "/logs/{service}"}
-  input:
-    type: object
-    properties:
-      service: {type: string}
-      window_minutes: {type: integer}
-      ratio: {type: number}
-      verbose: {type: boolean}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: search}
-spec: {tool: search, http: {method: POST, path: /search}, input: {}, idempotent: true}
----
-apiVersion: toolgate.dev/v1alpha1
-kind: ToolContract
-metadata: {name: create}
-spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent: false}
-"#;
-        Snapshot::build(&parse_documents("t", text).0, &BuildOptions::default(), 1).0
+    /// The contracts classification is fuzzed against (`crate::fuzzing::classify`).
+    fn mk_snapshot() -> &'static Snapshot {
+        crate::fuzzing::classify::classify_snapshot()
     }
 
     /// A GET classified with nothing known to read its arguments.
@@ -220,7 +194,7 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
     fn merges_path_query_and_converts_exact_spellings() {
         let s = mk_snapshot();
         let call = get(
-            &s,
+            s,
             "/logs/or%20ders",
             Some("window_minutes=30&ratio=0.5&verbose=true&x=a+b"),
             "",
@@ -235,20 +209,20 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
     #[test]
     fn inexact_spellings_stay_strings() {
         let s = mk_snapshot();
-        let call = get(&s, "/logs/a", Some("window_minutes=030"), "").unwrap();
+        let call = get(s, "/logs/a", Some("window_minutes=030"), "").unwrap();
         assert_eq!(call.args.value()["window_minutes"], "030");
-        let call = get(&s, "/logs/a", Some("window_minutes=1e3"), "").unwrap();
+        let call = get(s, "/logs/a", Some("window_minutes=1e3"), "").unwrap();
         assert_eq!(call.args.value()["window_minutes"], "1e3");
     }
 
     #[test]
     fn a_key_given_twice_is_invalid() {
         let s = mk_snapshot();
-        let e = get(&s, "/logs/a", Some("service=b"), "").unwrap_err();
+        let e = get(s, "/logs/a", Some("service=b"), "").unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
-        let e = get(&s, "/logs/a", Some("x=1&x=2"), "").unwrap_err();
+        let e = get(s, "/logs/a", Some("x=1&x=2"), "").unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
-        let e = get(&s, "/logs/a", None, r#"{"service":"b"}"#).unwrap_err();
+        let e = get(s, "/logs/a", None, r#"{"service":"b"}"#).unwrap_err();
         assert_eq!(e.details[0].pointer, "/service");
     }
 
@@ -256,7 +230,7 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
     fn an_open_contracts_body_is_checked_not_parsed() {
         let s = mk_snapshot();
         let body = Bytes::from(r#"{"q": "x", "n": [1, 2]}"#);
-        let call = classify(&s, &Method::POST, "/search", None, &body, false).unwrap();
+        let call = classify(s, &Method::POST, "/search", None, &body, false).unwrap();
         assert!(call.json_body && !call.args.is_parsed());
         assert_eq!(call.args.value(), &json!({"q": "x", "n": [1, 2]}));
         for (bad, message) in [
@@ -267,23 +241,23 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
             (r#"{"q": 1, "q": 2}"#, "appears twice"),
         ] {
             let e =
-                classify(&s, &Method::POST, "/search", None, &Bytes::from(bad), false).unwrap_err();
+                classify(s, &Method::POST, "/search", None, &Bytes::from(bad), false).unwrap_err();
             assert_eq!(e.code, Code::MalformedRequest, "{bad}");
             assert!(e.message.contains(message), "{bad}: {}", e.message);
         }
         // Parsed at once when they will be read anyway: by the caller (an audit digest, a
         // session's fingerprint) or for the contract (duplicate suppression).
-        let call = classify(&s, &Method::POST, "/search", None, &body, true).unwrap();
+        let call = classify(s, &Method::POST, "/search", None, &body, true).unwrap();
         assert!(call.args.is_parsed());
-        let call = classify(&s, &Method::POST, "/create", None, &body, false).unwrap();
+        let call = classify(s, &Method::POST, "/create", None, &body, false).unwrap();
         assert!(call.args.is_parsed());
         // Arguments from the query as well: merged, so parsed.
-        let call = classify(&s, &Method::POST, "/search", Some("page=2"), &body, false).unwrap();
+        let call = classify(s, &Method::POST, "/search", Some("page=2"), &body, false).unwrap();
         assert_eq!(
             call.args.value(),
             &json!({"q": "x", "n": [1, 2], "page": "2"})
         );
-        let e = classify(&s, &Method::POST, "/search", Some("q=y"), &body, false).unwrap_err();
+        let e = classify(s, &Method::POST, "/search", Some("q=y"), &body, false).unwrap_err();
         assert_eq!(e.code, Code::InvalidArguments);
     }
 
@@ -291,22 +265,22 @@ spec: {tool: create, http: {method: POST, path: /create}, input: {}, idempotent:
     fn bad_bodies_and_unknown_routes() {
         let s = mk_snapshot();
         assert_eq!(
-            get(&s, "/nope", None, "").unwrap_err().code,
+            get(s, "/nope", None, "").unwrap_err().code,
             Code::UnknownTool
         );
         assert_eq!(
-            classify(&s, &Method::POST, "/logs/a", None, &Bytes::new(), false)
+            classify(s, &Method::POST, "/logs/a", None, &Bytes::new(), false)
                 .unwrap_err()
                 .code,
             Code::UnknownTool
         );
-        let e = get(&s, "/logs/a", None, "{nope").unwrap_err();
+        let e = get(s, "/logs/a", None, "{nope").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = get(&s, "/logs/a", None, "[1]").unwrap_err();
+        let e = get(s, "/logs/a", None, "[1]").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = get(&s, "/logs/a", None, r#"{"ratio": 1, "ratio": 2}"#).unwrap_err();
+        let e = get(s, "/logs/a", None, r#"{"ratio": 1, "ratio": 2}"#).unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
-        let e = get(&s, "/logs/%ff", None, "").unwrap_err();
+        let e = get(s, "/logs/%ff", None, "").unwrap_err();
         assert_eq!(e.code, Code::MalformedRequest);
     }
 }
