@@ -1,4 +1,5 @@
-//! The OTLP/HTTP exporter's HTTP client, run on the sidecar's own runtime.
+//! The OTLP/HTTP exporters' HTTP client, run on the runtime it is made in: the span
+//! exporter's own ([`super::otlp_send`]) or, for metrics, the sidecar's.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -9,8 +10,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-/// The HTTP client of the OTLP/HTTP exporter. The span batcher runs on its own thread
-/// with no Tokio reactor, so each request is spawned onto the sidecar's runtime.
+/// The HTTP client of an OTLP/HTTP exporter. Its callers' threads have no Tokio reactor,
+/// so each request is spawned onto the runtime the client was made in.
 #[derive(Debug, Clone)]
 pub struct RuntimeHttpClient {
     client: Client<HttpConnector, Full<Bytes>>,
@@ -19,7 +20,7 @@ pub struct RuntimeHttpClient {
 }
 
 impl RuntimeHttpClient {
-    /// Must be called inside the Tokio runtime.
+    /// Must be called inside the Tokio runtime its requests are to run on.
     pub fn new(timeout: Duration) -> RuntimeHttpClient {
         RuntimeHttpClient {
             client: Client::builder(TokioExecutor::new()).build_http(),

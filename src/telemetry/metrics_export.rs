@@ -3,8 +3,8 @@
 //!
 //! The reader runs on its own thread and exports every `metricsIntervalMs`; a call only
 //! records into the SDK's aggregation. The exporter's requests run on the sidecar's
-//! runtime (gRPC through tonic's channel, HTTP through [`RuntimeHttpClient`]), as the
-//! span exporter's do.
+//! runtime (gRPC through tonic's channel, HTTP through [`RuntimeHttpClient`]); a push
+//! every few seconds is too little traffic to need the span exporter's own runtime.
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};

@@ -1,17 +1,22 @@
 //! Sends encoded OTLP trace requests ([`super::otlp_encode`]) to the collector, over gRPC
 //! (tonic's client and channel) or HTTP (`application/x-protobuf` to `/v1/traces`).
 //!
-//! The span worker is a plain thread with no Tokio reactor, so each request is spawned
-//! onto the sidecar's runtime and the worker waits for it. A request that fails in a way
-//! the OTLP specification calls transient (the collector unreachable or overloaded) is
-//! retried twice, 100 and 200 ms apart; anything else fails its batch at once. While
-//! the worker waits, new spans queue up to `maxQueuedSpans` and past it are dropped and
-//! counted, so a slow collector never reaches a call.
+//! The exporter has a runtime of its own: a single-threaded Tokio runtime that the span
+//! worker thread drives while it sends a batch, and that rests between batches. The
+//! connection to the collector, its tasks and every buffer an export allocates live and
+//! die on that one thread, so the export traffic neither queues behind calls on the
+//! sidecar's workers nor spreads its memory over their allocator heaps (bench/SOAK.md,
+//! "What moves the RSS"). A request that fails in a way the OTLP specification calls
+//! transient (the collector unreachable or overloaded) is retried twice, 100 and 200 ms
+//! apart; anything else fails its batch at once. While the worker waits, new spans queue
+//! up to `maxQueuedSpans` and past it are dropped and counted, so a slow collector never
+//! reaches a call.
 
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::PathAndQuery;
 use opentelemetry_http::HttpClient;
 use std::time::Duration;
+use tokio::runtime::Runtime;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
@@ -23,12 +28,17 @@ const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Expor
 /// Waits before the retries of a transient failure.
 const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(200)];
 
-/// Where and how spans are sent.
-#[derive(Debug, Clone)]
-pub enum Sender {
+/// Where and how spans are sent, and the runtime that sends them.
+#[derive(Debug)]
+pub struct Sender {
+    runtime: OwnRuntime,
+    to: Collector,
+}
+
+#[derive(Debug)]
+enum Collector {
     Grpc {
         grpc: tonic::client::Grpc<Channel>,
-        runtime: tokio::runtime::Handle,
         timeout: Duration,
     },
     Http {
@@ -36,6 +46,34 @@ pub enum Sender {
         client: Box<RuntimeHttpClient>,
         url: http::Uri,
     },
+}
+
+/// The exporter's runtime. Shut down without waiting when dropped: a sender may be
+/// dropped inside the sidecar's runtime (a failed start, a test), where blocking is
+/// not allowed, and nothing is left to wait for once the worker stops sending.
+#[derive(Debug)]
+struct OwnRuntime(Option<Runtime>);
+
+impl OwnRuntime {
+    fn new() -> Result<OwnRuntime, String> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map(|runtime| OwnRuntime(Some(runtime)))
+            .map_err(|e| format!("cannot start the exporter's runtime: {e}"))
+    }
+
+    fn get(&self) -> &Runtime {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// Why a request failed, and whether trying again may help.
@@ -46,8 +84,8 @@ struct Failure {
 }
 
 impl Sender {
-    /// OTLP/gRPC to `endpoint` (`http://host:4317`). Must be called inside the runtime:
-    /// the channel connects lazily, on it.
+    /// OTLP/gRPC to `endpoint` (`http://host:4317`). The channel connects lazily, on the
+    /// first export.
     pub fn grpc(endpoint: &str, timeout: Duration) -> Result<Sender, String> {
         let endpoint = Endpoint::from_shared(endpoint.to_string())
             .map_err(|e| format!("invalid endpoint {endpoint:?}: {e}"))?;
@@ -57,15 +95,22 @@ impl Sender {
                 endpoint.uri()
             ));
         }
-        Ok(Sender::Grpc {
-            grpc: tonic::client::Grpc::new(endpoint.timeout(timeout).connect_lazy()),
-            runtime: tokio::runtime::Handle::current(),
-            timeout,
+        let runtime = OwnRuntime::new()?;
+        // The channel's worker task is spawned where it is made: on the exporter's runtime.
+        let channel = {
+            let _on = runtime.get().enter();
+            endpoint.timeout(timeout).connect_lazy()
+        };
+        Ok(Sender {
+            runtime,
+            to: Collector::Grpc {
+                grpc: tonic::client::Grpc::new(channel),
+                timeout,
+            },
         })
     }
 
-    /// OTLP/HTTP with protobuf to `url` (the full `/v1/traces` URL). Must be called inside
-    /// the runtime.
+    /// OTLP/HTTP with protobuf to `url` (the full `/v1/traces` URL).
     pub fn http(url: &str, timeout: Duration) -> Result<Sender, String> {
         let url: http::Uri = url
             .parse()
@@ -75,19 +120,25 @@ impl Sender {
                 "{url}: only plain-text (http://host:port) collectors are supported"
             ));
         }
-        Ok(Sender::Http {
-            client: Box::new(RuntimeHttpClient::new(timeout)),
-            url,
+        let runtime = OwnRuntime::new()?;
+        let client = {
+            let _on = runtime.get().enter();
+            Box::new(RuntimeHttpClient::new(timeout))
+        };
+        Ok(Sender {
+            runtime,
+            to: Collector::Http { client, url },
         })
     }
 
-    /// Sends one request, retrying a transient failure; blocks the calling thread, which
-    /// must not be one of the runtime's.
+    /// Sends one request, retrying a transient failure; blocks the calling thread (the
+    /// span worker), which drives the exporter's runtime meanwhile. Must not be called
+    /// from inside a Tokio runtime.
     pub fn send(&self, request: Vec<u8>) -> Result<(), String> {
         let request = Bytes::from(request);
         let mut waits = RETRIES.iter();
         loop {
-            match self.send_once(request.clone()) {
+            match self.runtime.get().block_on(self.send_once(request.clone())) {
                 Ok(()) => return Ok(()),
                 Err(failure) => match waits.next() {
                     Some(wait) if failure.transient => std::thread::sleep(*wait),
@@ -97,48 +148,34 @@ impl Sender {
         }
     }
 
-    fn send_once(&self, request: Bytes) -> Result<(), Failure> {
-        match self {
-            Sender::Grpc {
-                grpc,
-                runtime,
-                timeout,
-            } => {
+    async fn send_once(&self, request: Bytes) -> Result<(), Failure> {
+        match &self.to {
+            Collector::Grpc { grpc, timeout } => {
                 let mut grpc = grpc.clone();
-                let timeout = *timeout;
-                let task = runtime.spawn(async move {
-                    let call = async {
-                        grpc.ready()
-                            .await
-                            .map_err(|e| Status::unavailable(e.to_string()))?;
-                        let path = PathAndQuery::from_static(EXPORT);
-                        grpc.unary(tonic::Request::new(request), path, Raw)
-                            .await
-                            .map(drop)
-                    };
-                    // The channel's own timeout covers the request; this bounds a connect
-                    // to a collector that never answers as well.
-                    tokio::time::timeout(timeout, call)
+                let call = async {
+                    grpc.ready()
                         .await
-                        .unwrap_or_else(|_| Err(Status::deadline_exceeded("export timed out")))
-                });
-                match futures_executor::block_on(task) {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(status)) => Err(Failure {
-                        transient: grpc_transient(status.code()),
-                        message: format!(
-                            "collector answered {:?}: {}",
-                            status.code(),
-                            status.message()
-                        ),
-                    }),
-                    Err(e) => Err(Failure {
-                        transient: false,
-                        message: format!("export task failed: {e}"),
-                    }),
-                }
+                        .map_err(|e| Status::unavailable(e.to_string()))?;
+                    let path = PathAndQuery::from_static(EXPORT);
+                    grpc.unary(tonic::Request::new(request), path, Raw)
+                        .await
+                        .map(drop)
+                };
+                // The channel's own timeout covers the request; this bounds a connect to
+                // a collector that never answers as well.
+                let answer = tokio::time::timeout(*timeout, call)
+                    .await
+                    .unwrap_or_else(|_| Err(Status::deadline_exceeded("export timed out")));
+                answer.map_err(|status| Failure {
+                    transient: grpc_transient(status.code()),
+                    message: format!(
+                        "collector answered {:?}: {}",
+                        status.code(),
+                        status.message()
+                    ),
+                })
             }
-            Sender::Http { client, url } => {
+            Collector::Http { client, url } => {
                 let sent = http::Request::post(url.clone())
                     .header(http::header::CONTENT_TYPE, "application/x-protobuf")
                     .body(request)
@@ -146,7 +183,7 @@ impl Sender {
                         transient: false,
                         message: e.to_string(),
                     })?;
-                match futures_executor::block_on(client.send_bytes(sent)) {
+                match client.send_bytes(sent).await {
                     Ok(answer) if answer.status().is_success() => Ok(()),
                     Ok(answer) => Err(Failure {
                         transient: http_transient(answer.status()),
