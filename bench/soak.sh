@@ -38,7 +38,7 @@ interval=${SOAK_INTERVAL:-5}
 connections=${SOAK_CONNECTIONS:-64}
 base=${SOAK_PORT_BASE:-18900}
 # Warm-up: allocator arenas, connection pools and the span queue settle in the first
-# seconds; 10% of the run, at least 10 s and at most the 60 s the issue names.
+# seconds; 10% of the run, at least 10 s and at most 60 s (the issue names no length).
 warmup=$((seconds / 10))
 ((warmup < 10)) && warmup=10
 ((warmup > 60)) && warmup=60

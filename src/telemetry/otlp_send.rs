@@ -6,11 +6,14 @@
 //! connection to the collector, its tasks and every buffer an export allocates live and
 //! die on that one thread, so the export traffic neither queues behind calls on the
 //! sidecar's workers nor spreads its memory over their allocator heaps (bench/SOAK.md,
-//! "What moves the RSS"). A request that fails in a way the OTLP specification calls
-//! transient (the collector unreachable or overloaded) is retried twice, 100 and 200 ms
-//! apart; anything else fails its batch at once. While the worker waits, new spans queue
-//! up to `maxQueuedSpans` and past it are dropped and counted, so a slow collector never
-//! reaches a call.
+//! "The exporter on a runtime of its own"). A connection the collector closed while the
+//! runtime rested is found closed by the next export, which connects again.
+//!
+//! A request that fails in a way the OTLP specification calls transient (the collector
+//! unreachable or overloaded, a connection lost under it) is retried twice, 100 and
+//! 200 ms apart; anything else fails its batch at once. While the worker waits, new
+//! spans queue up to `maxQueuedSpans` and past it are dropped and counted, so a slow
+//! collector never reaches a call.
 
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::PathAndQuery;
