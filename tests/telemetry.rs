@@ -450,6 +450,44 @@ async fn a_streamed_call_span_shows_its_final_outcome() {
     h.stop().await;
 }
 
+/// A collector that shuts down gracefully between exports must not wait on the idle
+/// export connection (the exporter's runtime keeps answering it), and the next export
+/// connects to the collector started in its place, so spans keep arriving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_a_collector_restarted_between_exports() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (first, server) = Collector::grpc_until(listener, async {
+        let _ = stopped.await;
+    });
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(format!("http://{addr}"))),
+            ..Options::default()
+        },
+    )
+    .await;
+    let call = || h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "");
+    assert_eq!(call().await.status, 200);
+    first.wait_for(|s| s.kind == 2).await;
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the first collector closes its connections")
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let (second, _server) = Collector::grpc_until(listener, std::future::pending());
+    assert_eq!(call().await.status, 200);
+    second
+        .wait_for(|s| s.kind == 2 && s.name == "GET /logs/{service}")
+        .await;
+    h.stop().await;
+}
+
 /// A sidecar in front of the in-test MCP backend, exporting to a collector.
 async fn mcp_exporting() -> (Collector, tokio::task::JoinHandle<()>, McpBackend, Harness) {
     let (collector, endpoint, server) = Collector::grpc().await;

@@ -1,13 +1,14 @@
 //! Sends encoded OTLP trace requests ([`super::otlp_encode`]) to the collector, over gRPC
 //! (tonic's client and channel) or HTTP (`application/x-protobuf` to `/v1/traces`).
 //!
-//! The exporter has a runtime of its own: a single-threaded Tokio runtime that the span
-//! worker thread drives while it sends a batch, and that rests between batches. The
+//! The exporter has a runtime of its own: a Tokio runtime with one worker thread. The
 //! connection to the collector, its tasks and every buffer an export allocates live and
-//! die on that one thread, so the export traffic neither queues behind calls on the
+//! die on that thread, so the export traffic neither queues behind calls on the
 //! sidecar's workers nor spreads its memory over their allocator heaps (bench/SOAK.md,
-//! "The exporter on a runtime of its own"). A connection the collector closed while the
-//! runtime rested is found closed by the next export, which connects again.
+//! "The exporter on a runtime of its own"). The worker keeps running between batches,
+//! so the connection still answers the collector's pings and graceful shutdown: a
+//! runtime driven only while a batch is sent left a restarting collector waiting on it
+//! (`tests/telemetry.rs`, `spans_reach_a_collector_restarted_between_exports`).
 //!
 //! A request that fails in a way the OTLP specification calls transient (the collector
 //! unreachable or overloaded, a connection lost under it) is retried twice, 100 and
@@ -38,7 +39,7 @@ pub struct Sender {
     to: Collector,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Collector {
     Grpc {
         grpc: tonic::client::Grpc<Channel>,
@@ -53,13 +54,15 @@ enum Collector {
 
 /// The exporter's runtime. Shut down without waiting when dropped: a sender may be
 /// dropped inside the sidecar's runtime (a failed start, a test), where blocking is
-/// not allowed, and nothing is left to wait for once the worker stops sending.
+/// not allowed, and nothing is left to wait for once the span worker stops sending.
 #[derive(Debug)]
 struct OwnRuntime(Option<Runtime>);
 
 impl OwnRuntime {
     fn new() -> Result<OwnRuntime, String> {
-        tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("toolgate-otlp")
             .enable_all()
             .build()
             .map(|runtime| OwnRuntime(Some(runtime)))
@@ -135,13 +138,22 @@ impl Sender {
     }
 
     /// Sends one request, retrying a transient failure; blocks the calling thread (the
-    /// span worker), which drives the exporter's runtime meanwhile. Must not be called
-    /// from inside a Tokio runtime.
+    /// span worker) while the exporter's worker sends it. Must not be called from
+    /// inside a Tokio runtime.
     pub fn send(&self, request: Vec<u8>) -> Result<(), String> {
         let request = Bytes::from(request);
         let mut waits = RETRIES.iter();
         loop {
-            match self.runtime.get().block_on(self.send_once(request.clone())) {
+            // On the exporter's worker, where the connection's own tasks run.
+            let runtime = self.runtime.get();
+            let sent = runtime.block_on(runtime.spawn(self.to.clone().send(request.clone())));
+            let sent = sent.unwrap_or_else(|e| {
+                Err(Failure {
+                    transient: false,
+                    message: format!("export task failed: {e}"),
+                })
+            });
+            match sent {
                 Ok(()) => return Ok(()),
                 Err(failure) => match waits.next() {
                     Some(wait) if failure.transient => std::thread::sleep(*wait),
@@ -150,11 +162,12 @@ impl Sender {
             }
         }
     }
+}
 
-    async fn send_once(&self, request: Bytes) -> Result<(), Failure> {
-        match &self.to {
-            Collector::Grpc { grpc, timeout } => {
-                let mut grpc = grpc.clone();
+impl Collector {
+    async fn send(self, request: Bytes) -> Result<(), Failure> {
+        match self {
+            Collector::Grpc { mut grpc, timeout } => {
                 let call = async {
                     grpc.ready()
                         .await
@@ -166,7 +179,7 @@ impl Sender {
                 };
                 // The channel's own timeout covers the request; this bounds a connect to
                 // a collector that never answers as well.
-                let answer = tokio::time::timeout(*timeout, call)
+                let answer = tokio::time::timeout(timeout, call)
                     .await
                     .unwrap_or_else(|_| Err(Status::deadline_exceeded("export timed out")));
                 answer.map_err(|status| Failure {
@@ -179,7 +192,7 @@ impl Sender {
                 })
             }
             Collector::Http { client, url } => {
-                let sent = http::Request::post(url.clone())
+                let sent = http::Request::post(url)
                     .header(http::header::CONTENT_TYPE, "application/x-protobuf")
                     .body(request)
                     .map_err(|e| Failure {

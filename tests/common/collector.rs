@@ -90,22 +90,33 @@ impl Collector {
 
     /// OTLP/gRPC on loopback; returns the collector and its `http://` endpoint.
     pub async fn grpc() -> (Collector, String, tokio::task::JoinHandle<()>) {
-        let collector = Collector::default();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let (collector, task) = Collector::grpc_until(listener, std::future::pending());
+        (collector, format!("http://{addr}"), task)
+    }
+
+    /// OTLP/gRPC on `listener` until `stop` completes; then the server shuts down
+    /// gracefully (GOAWAY, connections closed) and its task ends.
+    pub fn grpc_until(
+        listener: TcpListener,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> (Collector, tokio::task::JoinHandle<()>) {
+        let collector = Collector::default();
         let service = Otlp {
             traces: TraceServiceServer::new(collector.clone()),
             metrics: MetricsServiceServer::new(collector.clone()),
         };
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
-                .serve_with_incoming(
+                .serve_with_incoming_shutdown(
                     service,
                     tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop,
                 )
                 .await;
         });
-        (collector, format!("http://{addr}"), task)
+        (collector, task)
     }
 
     /// OTLP/HTTP (protobuf) on loopback: `/v1/traces` and `/v1/metrics`.
