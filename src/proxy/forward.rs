@@ -138,7 +138,8 @@ where
             // Nothing to count: no round trip.
             Some((_, limits)) if call.session.is_none() && !limits.rated() => None,
             Some((shared, limits)) => {
-                match shared.admit(call, &limits, None).await {
+                // Boxed, here and below: only a Redis sidecar carries the round trip's state.
+                match Box::pin(shared.admit(call, &limits, None)).await {
                     Ok(Admission::Admitted { overridden }) => overridden,
                     Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
                     // Nothing is claimed for an idempotent call.
@@ -185,12 +186,14 @@ where
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
         let span = start_client(gate, parent, contract, &mut exchange, mcp);
-        let buffered = buffer(
+        // Boxed: the buffering future is kilobytes (the client exchange and the answer's
+        // collection), and this block is moved whole into the task `once::start` spawns.
+        let buffered = Box::pin(buffer(
             gate.upstream.clone(),
             exchange,
             window,
             gate.limits.max_response_bytes,
-        );
+        ));
         let metrics = gate.metrics.clone();
         let tool = contract.tool.clone();
         let shared = gate.shared.clone().zip(claim.clone());
@@ -234,7 +237,7 @@ where
                 };
             };
             let limits = shared_limits(gate, contract, policy);
-            match shared.admit(call, &limits, Some((claim, window))).await {
+            match Box::pin(shared.admit(call, &limits, Some((claim, window)))).await {
                 Ok(Admission::Admitted { overridden }) => {
                     *shadowed = overridden;
                     Ok(Clearance::Send)

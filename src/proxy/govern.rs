@@ -157,13 +157,16 @@ pub async fn govern<'s>(
                 .get(contract.tool.as_str())
                 .is_some_and(|g| g.reads.session && !g.rules.is_empty());
             let session_calls = match proposal.session.filter(|_| reads_session) {
-                Some(session) => match shared.session_calls(&proposal.agent.id, session).await {
-                    Ok(calls) => calls,
-                    Err(_) => {
-                        state_failed_open = true;
-                        0
+                // Boxed: every call's state machine would otherwise carry the round trip's.
+                Some(session) => {
+                    match Box::pin(shared.session_calls(&proposal.agent.id, session)).await {
+                        Ok(calls) => calls,
+                        Err(_) => {
+                            state_failed_open = true;
+                            0
+                        }
                     }
-                },
+                }
                 None => 0,
             };
             Tallies::Shared { session_calls }
@@ -232,17 +235,17 @@ pub async fn govern<'s>(
             ));
             None
         }
+        // Boxed: asking is kilobytes of state, and only a grant with `approval` asks.
         (Some(spec), Some(approvals)) => Some(
-            approvals
-                .ask(
-                    spec,
-                    contract,
-                    &proposal.agent.id,
-                    proposal.session,
-                    args.value(),
-                    proposal.trace_id,
-                )
-                .await?,
+            Box::pin(approvals.ask(
+                spec,
+                contract,
+                &proposal.agent.id,
+                proposal.session,
+                args.value(),
+                proposal.trace_id,
+            ))
+            .await?,
         ),
         (Some(_), None) => {
             return Err(Reject::new(
