@@ -41,8 +41,8 @@ pub async fn claim(
         trace_id: trace_id.to_string(),
     };
     let claimed = match &gate.shared {
-        // Boxed: only a Redis sidecar carries the round trip's state.
-        Some(shared) => Box::pin(shared.claim_action(call.tool, action, &owner, window))
+        Some(shared) => shared
+            .claim_action(call.tool, action, &owner, window)
             .await
             .map_err(|e| state::unavailable(&e))?,
         None => gate

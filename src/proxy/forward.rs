@@ -138,8 +138,7 @@ where
             // Nothing to count: no round trip.
             Some((_, limits)) if call.session.is_none() && !limits.rated() => None,
             Some((shared, limits)) => {
-                // Boxed, here and below: only a Redis sidecar carries the round trip's state.
-                match Box::pin(shared.admit(call, &limits, None)).await {
+                match shared.admit(call, &limits, None).await {
                     Ok(Admission::Admitted { overridden }) => overridden,
                     Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
                     // Nothing is claimed for an idempotent call.
@@ -237,7 +236,7 @@ where
                 };
             };
             let limits = shared_limits(gate, contract, policy);
-            match Box::pin(shared.admit(call, &limits, Some((claim, window)))).await {
+            match shared.admit(call, &limits, Some((claim, window))).await {
                 Ok(Admission::Admitted { overridden }) => {
                     *shadowed = overridden;
                     Ok(Clearance::Send)

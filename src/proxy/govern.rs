@@ -157,16 +157,13 @@ pub async fn govern<'s>(
                 .get(contract.tool.as_str())
                 .is_some_and(|g| g.reads.session && !g.rules.is_empty());
             let session_calls = match proposal.session.filter(|_| reads_session) {
-                // Boxed: every call's state machine would otherwise carry the round trip's.
-                Some(session) => {
-                    match Box::pin(shared.session_calls(&proposal.agent.id, session)).await {
-                        Ok(calls) => calls,
-                        Err(_) => {
-                            state_failed_open = true;
-                            0
-                        }
+                Some(session) => match shared.session_calls(&proposal.agent.id, session).await {
+                    Ok(calls) => calls,
+                    Err(_) => {
+                        state_failed_open = true;
+                        0
                     }
-                }
+                },
                 None => 0,
             };
             Tallies::Shared { session_calls }

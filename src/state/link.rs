@@ -200,7 +200,9 @@ impl Link {
             self.series(op).record(started.elapsed(), false);
             return Err(error);
         };
-        let answer = tokio::time::timeout(self.timeout, run((*conn).clone())).await;
+        // Boxed: a round trip's future is kilobytes (redis-rs's exchange), and every caller
+        // up to the call's own task would otherwise carry it by value.
+        let answer = tokio::time::timeout(self.timeout, Box::pin(run((*conn).clone()))).await;
         let result = match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(Unavailable(describe(&e))),
