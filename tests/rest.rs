@@ -374,15 +374,32 @@ spec:
             .status,
         201
     );
+    // Refused calls keep their arguments as proposed, redacted alike: one refused by
+    // the schema, one by the policy lookup (an agent no policy governs).
+    let invalid = r#"{"title": 5, "reporter_email": "bo@example.com"}"#;
+    h.call("POST", "/issues", Some(OPS_TOKEN), &[], invalid)
+        .await
+        .assert_refused("INVALID_ARGUMENTS", 422);
+    let stranger = r#"{"title": "x", "reporter_email": "cy@example.com"}"#;
+    h.call("POST", "/issues", Some(STRANGER_TOKEN), &[], stranger)
+        .await
+        .assert_refused("TOOL_NOT_ALLOWED", 403);
     let dir = h.stop_keeping_files().await;
     let text = std::fs::read_to_string(dir.path().join("audit.log")).unwrap();
-    let record = audit_calls(&text).remove(0);
+    let records = audit_calls(&text);
+    let args: Vec<&serde_json::Value> = records.iter().map(|r| &r["args"]).collect();
     assert_eq!(
-        record["args"],
-        json!({"title": "disk full", "reporter_email": "[REDACTED]"})
+        args,
+        [
+            &json!({"title": "disk full", "reporter_email": "[REDACTED]"}),
+            &json!({"title": 5, "reporter_email": "[REDACTED]"}),
+            &json!({"title": "x", "reporter_email": "[REDACTED]"}),
+        ]
     );
-    assert!(!text.contains("ana@example.com"));
-    assert_eq!(audit_verify(&text).calls, 1);
+    for email in ["ana@", "bo@", "cy@"] {
+        assert!(!text.contains(email), "{email} in the audit log");
+    }
+    assert_eq!(audit_verify(&text).calls, 3);
 }
 
 /// Defect of issue 19: a sink that opens but can't be written (/dev/full: a full disk)

@@ -94,10 +94,14 @@ pub struct Verdict<'s> {
     pub approval: Option<crate::approvals::Approval>,
 }
 
-fn redacted(contract: &Contract, args: &Value) -> Value {
-    let mut args = args.clone();
-    contract.redact.iter().for_each(|r| r.apply(&mut args));
-    args
+/// With `captureArguments`, what the audit record keeps of `args`: a redacted copy.
+/// Called once per call, with the arguments the call ended with.
+fn capture(contract: &Contract, captured: &mut Captured, args: &Value) {
+    if contract.capture_arguments {
+        let mut args = args.clone();
+        contract.redact.iter().for_each(|r| r.apply(&mut args));
+        captured.args = Some(args);
+    }
 }
 
 /// Whether this sidecar's duplicate table holds an identical call of `contract`.
@@ -134,11 +138,14 @@ pub async fn govern<'s>(
     captured: &mut Captured,
 ) -> Result<Verdict<'s>, Reject> {
     let contract = snapshot.contract(proposal.tool);
-    if contract.capture_arguments {
-        captured.args = Some(redacted(contract, proposal.args.value()));
-    }
     // A disabled or ungoverned agent is refused even in shadow mode.
-    let policy = authorize::policy(snapshot, &proposal.agent.id)?;
+    let policy = match authorize::policy(snapshot, &proposal.agent.id) {
+        Ok(policy) => policy,
+        Err(reject) => {
+            capture(contract, captured, proposal.args.value());
+            return Err(reject);
+        }
+    };
     let view = RequestView {
         method: proposal.method,
         path: proposal.path,
@@ -146,8 +153,9 @@ pub async fn govern<'s>(
         session: proposal.session,
         tasks: governor.tasks,
     };
-    // Kept only where a shadow policy may forward the call unvalidated.
-    let raw_args = policy.shadow.then(|| proposal.args.clone());
+    // The arguments as proposed, kept only for what may need them after `decide` has
+    // taken them: the record of a refusal, or a shadow policy forwarding it unvalidated.
+    let raw_args = (policy.shadow || contract.capture_arguments).then(|| proposal.args.clone());
     let mut state_failed_open = false;
     let tallies = match governor.shared {
         None => Tallies::Local(governor.ledger),
@@ -185,8 +193,16 @@ pub async fn govern<'s>(
             let args = Arguments::unchecked(raw_args.unwrap_or_default());
             (args, Decision::ShadowDeny, Some(reject), false)
         }
-        Err(reject) => return Err(reject),
+        Err(reject) => {
+            if let Some(raw) = &raw_args {
+                capture(contract, captured, raw.value());
+            }
+            return Err(reject);
+        }
     };
+    // Past `decide`, the record keeps the arguments the call goes on with: validated,
+    // defaults filled (or, overridden by a shadow policy, as proposed).
+    capture(contract, captured, args.value());
     let action = match &contract.dedupe_key {
         Some(key) => match key.evaluate(args.value(), || proposal.agent.cel_value()) {
             Ok(action) => Some(action),
@@ -198,10 +214,6 @@ pub async fn govern<'s>(
         },
         None => None,
     };
-    // A call let through keeps its validated arguments (defaults filled).
-    if contract.capture_arguments {
-        captured.args = Some(redacted(contract, args.value()));
-    }
     if governor.audit_refuses {
         return Err(Reject::new(
             Code::AuditUnavailable,
