@@ -10,6 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::key::{link_hash, AuditKey};
+use crate::vocab::canonical_json;
 
 /// The `prev` of the first record of a chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -256,8 +257,8 @@ fn seal(mut body: String, prev: &str, key: Option<&AuditKey>) -> (String, String
 
 /// The digest of canonical arguments (sorted keys, no whitespace).
 pub fn args_digest(args: &Value) -> String {
-    let canonical = serde_json::to_vec(args).unwrap_or_default();
-    format!("sha256:{}", hex::encode(Sha256::digest(canonical)))
+    let digest = canonical_json::with_text(args, |text| Sha256::digest(text));
+    format!("sha256:{}", hex::encode(digest))
 }
 
 /// Now, as an RFC 3339 timestamp with microseconds.

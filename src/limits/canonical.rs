@@ -1,10 +1,9 @@
 //! Canonical digests: what makes two calls "the same call".
 //!
-//! Arguments are digested in a canonical form — object keys sorted, no whitespace, strings
-//! JSON-escaped — so key order and formatting never make two identical calls look different.
-//! Numbers are compared as serde_json writes them (`1` and `1.0` differ). The encoding is
-//! written here rather than taken from `serde_json::to_vec`, which keeps insertion order
-//! when any crate in the build enables `preserve_order`.
+//! Arguments are digested as their canonical JSON text ([`crate::vocab::canonical_json`]:
+//! object keys sorted, no whitespace), so key order and formatting never make two
+//! identical calls look different. Numbers are compared as serde_json writes them (`1`
+//! and `1.0` differ).
 //!
 //! Keys are 128-bit truncations of SHA-256 over length-prefixed fields: fixed-size (so the
 //! bounded state costs the same per entry whatever the ids look like), and collision-free
@@ -12,6 +11,8 @@
 
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
+
+use crate::vocab::canonical_json;
 
 /// A 128-bit key into the limits state.
 pub type Key = [u8; 16];
@@ -52,9 +53,8 @@ impl KeyBuilder {
     }
 
     pub fn json(&mut self, value: &Value) -> &mut KeyBuilder {
-        let mut out = Vec::new();
-        write_canonical(value, &mut out);
-        self.bytes(&out)
+        canonical_json::with_text(value, |text| self.bytes(text));
+        self
     }
 
     pub fn finish(&self) -> Key {
@@ -63,49 +63,6 @@ impl KeyBuilder {
         key.copy_from_slice(&digest[..16]);
         key
     }
-}
-
-/// The canonical JSON text of `value`: sorted keys, no whitespace.
-pub fn canonical(value: &Value) -> String {
-    let mut out = Vec::new();
-    write_canonical(value, &mut out);
-    String::from_utf8(out).unwrap_or_default()
-}
-
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
-    match value {
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_scalar(&Value::String(k.clone()), out);
-                out.push(b':');
-                write_canonical(v, out);
-            }
-            out.push(b'}');
-        }
-        scalar => write_scalar(scalar, out),
-    }
-}
-
-fn write_scalar(value: &Value, out: &mut Vec<u8>) {
-    // Serializing a scalar can't fail; an empty write would only merge two calls that are
-    // already malformed in the same way.
-    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 #[cfg(test)]
@@ -118,8 +75,6 @@ mod tests {
         let a: Value =
             serde_json::from_str(r#"{"b": [1, {"y": 2, "x": "q"}], "a": null}"#).unwrap();
         let b: Value = serde_json::from_str(r#"{"a":null,"b":[1,{"x":"q","y":2}]}"#).unwrap();
-        assert_eq!(canonical(&a), canonical(&b));
-        assert_eq!(canonical(&a), r#"{"a":null,"b":[1,{"x":"q","y":2}]}"#);
         assert_eq!(
             KeyBuilder::new("t").json(&a).finish(),
             KeyBuilder::new("t").json(&b).finish()
@@ -141,8 +96,15 @@ mod tests {
         assert_ne!(KeyBuilder::new("x").finish(), KeyBuilder::new("y").finish());
     }
 
+    /// Keys are shared through Redis by pods of different versions during a rollout:
+    /// the derivation must not change (sha256 of length-prefixed fields, the JSON as
+    /// canonical text).
     #[test]
-    fn strings_are_escaped() {
-        assert_eq!(canonical(&json!({"k\"": "a\nb"})), r#"{"k\"":"a\nb"}"#);
+    fn a_key_is_what_it_was() {
+        let key = KeyBuilder::new("call")
+            .text("refund")
+            .json(&json!({"order": "A-1", "amount": 5}))
+            .finish();
+        assert_eq!(hex::encode(key), "9bc1c880b3be5f87fc95307b77d15708");
     }
 }

@@ -1,5 +1,6 @@
 //! The vocabulary every layer shares: refusal codes and their table, recovery hints,
-//! details, [`Reject`], the [`Decision`], a call's [`Args`] and the calling [`Agent`].
+//! details, [`Reject`], the [`Decision`], a call's [`Args`] and the calling [`Agent`],
+//! and the JSON readings every layer must agree on (strict parsing, canonical text).
 //!
 //! It sits at the bottom: it imports nothing of the proxy, the policy model or the
 //! control plane, so `crd`, `policy`, `control` and `limits` speak of refusals and
@@ -8,6 +9,7 @@
 
 pub mod agent;
 pub mod args;
+pub mod canonical_json;
 pub mod code;
 pub mod decision;
 pub mod json_strict;
