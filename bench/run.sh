@@ -372,6 +372,10 @@ if [ "$with_redis" != 0 ]; then
   printf 'redis_admit_rtt\t%s\n' "$(redis-benchmark -q -p "$port_redis" -c 1 -n 20000 \
     EVALSHA "$sha" 4 '{b}:t' '{b}:a' '{b}:s' '{b}:c' 1000 1000000 1000 1000000 -1 -1 3600000 fp 0 '' 0 \
     2>/dev/null | p50)" >>"$results"
+  # The same script through toolgate's own Redis client on Tokio, idle (benchkit redis-rtt).
+  printf 'redis_admit_rtt_stack\t%s\n' "$("$kit" redis-rtt --url "redis://127.0.0.1:$port_redis/" -- \
+    EVALSHA "$sha" 4 '{b}:t' '{b}:a' '{b}:s' '{b}:c' 1000 1000000 1000 1000000 -1 -1 3600000 fp 0 '' 0 \
+    2>/dev/null | p50)" >>"$results"
 fi
 
 python3 "$root/bench/table.py" "$results"

@@ -9,6 +9,7 @@
 //! benchkit task-token --agent ID                     a task token signed by the demo key
 //! benchkit session-memory [--count N]                RSS with N active sessions
 //! benchkit inproc --profile P --requests N            whole calls in one process (callgrind)
+//! benchkit redis-rtt --url URL -- COMMAND ...         one Redis round trip, toolgate's client
 //! ```
 //!
 //! Built with `cargo build --release --example benchkit`; only loopback addresses are
@@ -19,6 +20,7 @@ mod bare_proxy;
 mod inproc;
 mod otlp_sink;
 mod paced;
+mod redis_rtt;
 mod session_memory;
 mod task_token;
 
@@ -81,6 +83,16 @@ enum Command {
         #[arg(long, default_value_t = 2000)]
         requests: u64,
     },
+    /// Times a Redis command sent one at a time through toolgate's own Redis client.
+    RedisRtt {
+        #[arg(long)]
+        url: String,
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        /// The command and its arguments, as `redis-cli` takes them.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -113,6 +125,11 @@ fn main() -> anyhow::Result<()> {
             let task = task_token::sign("bench-bot")?;
             runtime()?.block_on(inproc::run(&profile, &load, requests, task))
         }
+        Command::RedisRtt {
+            url,
+            requests,
+            command,
+        } => runtime()?.block_on(redis_rtt::run(url, requests, command)),
     }
 }
 
