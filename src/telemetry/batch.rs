@@ -18,7 +18,6 @@
 //!   asked to flush or shut down.
 
 use opentelemetry::Context;
-use opentelemetry_proto::tonic::trace::v1::Span as OtlpSpan;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
@@ -185,8 +184,7 @@ impl SpanProcessor for Batcher {
             return;
         }
         self.queue.scope.get_or_init(|| Scope::of(&span));
-        // Converted outside the lock; only the bytes are written under it.
-        let span = OtlpSpan::from(span);
+        // Encoded under the lock, straight into the queue: no copy of the span is made.
         let waiting = {
             let mut pending = self.queue.pending();
             if self.queue.closed.load(Ordering::Acquire) {

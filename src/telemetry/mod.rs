@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod metrics_export;
 pub mod otlp_encode;
 pub mod otlp_send;
+pub mod otlp_span;
 pub mod sampling;
 pub mod spans;
 pub mod trace;

@@ -1,8 +1,8 @@
 //! OTLP trace requests from spans encoded as they end.
 //!
-//! A finished span is turned into its protobuf bytes on the thread that ended it (with
-//! the `opentelemetry-proto` crate's own conversion and `prost`), and those bytes are
-//! what waits in the span queue ([`super::batch`]). Queued that way a span takes well
+//! A finished span is turned into its protobuf bytes on the thread that ended it
+//! ([`super::otlp_span`]), and those bytes are what waits in the span queue
+//! ([`super::batch`]). Queued that way a span takes well
 //! under a kilobyte instead of the several an SDK `SpanData` holds in small allocations,
 //! so a full queue is a few MB of RSS rather than tens; and the span's allocations are
 //! freed by the thread that made them, which is what the allocator handles fastest.
@@ -17,7 +17,6 @@
 
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
 use opentelemetry_sdk::trace::SpanData;
 use prost::encoding::WireType::LengthDelimited;
@@ -52,8 +51,8 @@ impl Scope {
 }
 
 /// Appends `span` to `buf` as one entry of a `ScopeSpans.spans` field.
-pub fn append_span(span: &Span, buf: &mut Vec<u8>) {
-    message::encode(SPANS, span, buf);
+pub fn append_span(span: &SpanData, buf: &mut Vec<u8>) {
+    super::otlp_span::append(SPANS, span, buf);
 }
 
 /// What every request carries around its spans: the process's resource, converted once.
@@ -181,8 +180,8 @@ pub(crate) mod tests {
         let mut envelope = Envelope::default();
         envelope.set_resource(&resource);
         let mut entries = Vec::new();
-        for span in spans.clone() {
-            append_span(&Span::from(span), &mut entries);
+        for span in &spans {
+            append_span(span, &mut entries);
         }
         let request = envelope.request(&Scope::of(&spans[0]), &entries);
         let ours = ExportTraceServiceRequest::decode(request.as_slice()).expect("a valid request");
