@@ -12,11 +12,11 @@
 //! Every caller hashes the text and drops it, so [`with_text`] writes it into a buffer
 //! kept per thread instead of allocating one (and growing it) for every call.
 
-use serde_json::{Map, Value};
-use std::cell::RefCell;
+use serde_json::Value;
+use std::cell::Cell;
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
 /// The largest buffer a thread keeps between calls; one grown past it by a large value
@@ -25,27 +25,19 @@ const KEEP_BYTES: usize = 64 * 1024;
 
 /// Runs `read` over the canonical text of `value`.
 pub fn with_text<R>(value: &Value, read: impl FnOnce(&[u8]) -> R) -> R {
-    SCRATCH.with(|scratch| match scratch.try_borrow_mut() {
-        Ok(mut buf) => {
-            buf.clear();
-            write(value, &mut buf);
-            let result = read(&buf);
-            if buf.capacity() > KEEP_BYTES {
-                *buf = Vec::new();
-            }
-            result
-        }
-        // Only if `read` itself asks for canonical text: it gets a buffer of its own.
-        Err(_) => {
-            let mut buf = Vec::new();
-            write(value, &mut buf);
-            read(&buf)
-        }
-    })
+    // Taken out while in use: a `read` that asks for more text gets an empty buffer.
+    let mut buf = SCRATCH.take();
+    buf.clear();
+    write(value, &mut buf);
+    let result = read(&buf);
+    if buf.capacity() <= KEEP_BYTES {
+        SCRATCH.set(buf);
+    }
+    result
 }
 
 /// Appends the canonical text of `value` to `out`.
-pub fn write(value: &Value, out: &mut Vec<u8>) {
+fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Array(items) => {
             out.push(b'[');
@@ -57,19 +49,23 @@ pub fn write(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        Value::Object(map) => write_object(map, out),
+        Value::Object(map) => write_object(map.iter(), out),
         scalar => write_serde(scalar, out),
     }
 }
 
-fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
+/// An object's entries, in the map's order; sorted here only if they aren't already.
+fn write_object<'v, I>(entries: I, out: &mut Vec<u8>)
+where
+    I: Iterator<Item = (&'v String, &'v Value)> + Clone,
+{
     out.push(b'{');
-    if map.keys().is_sorted() {
-        write_entries(map.iter(), out);
+    if entries.clone().map(|(key, _)| key).is_sorted() {
+        write_entries(entries, out);
     } else {
-        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        write_entries(entries.into_iter(), out);
+        let mut sorted: Vec<_> = entries.collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        write_entries(sorted.into_iter(), out);
     }
     out.push(b'}');
 }
@@ -122,12 +118,14 @@ mod tests {
 
     #[test]
     fn an_unsorted_object_is_sorted() {
-        // Built entry by entry, so this holds whichever map type serde_json uses.
-        let mut map = Map::new();
-        map.insert("z".into(), json!(1));
-        map.insert("a".into(), json!({"y": [], "b": {}}));
+        // The map iterates sorted in this build, so its entries are handed over reversed,
+        // as a map keeping insertion order could.
+        let map = json!({"a": {"y": [], "b": {}}, "z": 1});
+        let Value::Object(map) = &map else {
+            unreachable!()
+        };
         let mut out = Vec::new();
-        write(&Value::Object(map), &mut out);
+        write_object(map.iter().rev(), &mut out);
         assert_eq!(out, br#"{"a":{"b":{},"y":[]},"z":1}"#);
     }
 
@@ -143,7 +141,7 @@ mod tests {
 
         let large = json!({"s": "x".repeat(KEEP_BYTES * 2)});
         assert_eq!(with_text(&large, <[u8]>::len), KEEP_BYTES * 2 + 8);
-        let kept = SCRATCH.with(|s| s.borrow().capacity());
+        let kept = SCRATCH.take().capacity();
         assert!(kept <= KEEP_BYTES, "{kept} bytes kept");
     }
 }
