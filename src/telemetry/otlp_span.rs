@@ -4,9 +4,10 @@
 //! of every attribute key and string value, a vector per attribute list, then `prost`
 //! walks that copy and it is dropped. On a loaded sidecar that copy was the larger half
 //! of a span's encoding (docs/bench-history.md, item 22), so this module writes the same
-//! message without it, with `prost`'s own varint and key encoders: each message's length
-//! is computed, then its fields are written in the order prost writes them (by number),
-//! and proto3's defaults (empty strings and lists, zeros) are left out as it leaves them.
+//! message without it, with `prost`'s own varint and key encoders. Each message lists its
+//! fields once, in the order prost writes them (by number), to a [`Sink`] that either
+//! counts them (for the length that prefixes the message) or writes them; proto3's
+//! defaults (empty strings and lists, zeros) are left out as prost leaves them.
 //!
 //! Field numbers are those of `opentelemetry/proto/trace/v1/trace.proto` and
 //! `opentelemetry/proto/common/v1/common.proto`; the tests decode what this writes with
@@ -25,84 +26,112 @@ const CONTEXT_IS_REMOTE: u32 = 0x200;
 
 /// Appends `span` to `buf` as one entry of the repeated field `tag` (`ScopeSpans.spans`).
 pub fn append(tag: u32, span: &SpanData, buf: &mut Vec<u8>) {
-    put_message(tag, &SpanMessage(span), buf);
+    Write(buf).put_message(tag, &SpanMessage(span));
 }
 
-/// A message written by this module: the length of its body, then the body.
+/// A message written by this module: its fields, listed once for counting and writing.
 trait Message {
-    fn body_len(&self) -> usize;
-    fn write_body(&self, buf: &mut Vec<u8>);
+    fn fields<S: Sink>(&self, sink: &mut S);
 }
 
-fn message_len(tag: u32, message: &impl Message) -> usize {
-    let len = message.body_len();
-    key_len(tag) + encoded_len_varint(len as u64) + len
+/// The length of a message's body.
+fn body_len(message: &impl Message) -> usize {
+    let mut count = Count(0);
+    message.fields(&mut count);
+    count.0
 }
 
-fn put_message(tag: u32, message: &impl Message, buf: &mut Vec<u8>) {
-    encode_key(tag, LengthDelimited, buf);
-    encode_varint(message.body_len() as u64, buf);
-    message.write_body(buf);
-}
+/// Where a message's fields go. The `put_` methods write a field whatever its value (a
+/// `oneof` member, a present message); the others leave proto3's default out.
+trait Sink {
+    fn put_bytes(&mut self, tag: u32, bytes: &[u8]);
+    fn put_varint(&mut self, tag: u32, value: u64);
+    fn put_fixed32(&mut self, tag: u32, value: u32);
+    fn put_fixed64(&mut self, tag: u32, value: u64);
+    fn put_message<M: Message>(&mut self, tag: u32, message: &M);
 
-fn repeated_len<M: Message>(tag: u32, items: impl Iterator<Item = M>) -> usize {
-    items.map(|m| message_len(tag, &m)).sum()
-}
+    /// A `bytes` or `string` field.
+    fn bytes(&mut self, tag: u32, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.put_bytes(tag, bytes);
+        }
+    }
 
-fn put_repeated<M: Message>(tag: u32, items: impl Iterator<Item = M>, buf: &mut Vec<u8>) {
-    items.for_each(|m| put_message(tag, &m, buf));
-}
+    /// A `uint32` or enumeration field.
+    fn varint(&mut self, tag: u32, value: u64) {
+        if value != 0 {
+            self.put_varint(tag, value);
+        }
+    }
 
-/// A `bytes` or `string` field; proto3 leaves an empty one out.
-fn bytes_len(tag: u32, bytes: &[u8]) -> usize {
-    match bytes.len() {
-        0 => 0,
-        n => key_len(tag) + encoded_len_varint(n as u64) + n,
+    fn fixed32(&mut self, tag: u32, value: u32) {
+        if value != 0 {
+            self.put_fixed32(tag, value);
+        }
+    }
+
+    fn fixed64(&mut self, tag: u32, value: u64) {
+        if value != 0 {
+            self.put_fixed64(tag, value);
+        }
     }
 }
 
-fn put_bytes(tag: u32, bytes: &[u8], buf: &mut Vec<u8>) {
-    if !bytes.is_empty() {
-        encode_key(tag, LengthDelimited, buf);
-        encode_varint(bytes.len() as u64, buf);
-        buf.extend_from_slice(bytes);
+/// Counts the bytes the fields would take.
+struct Count(usize);
+
+impl Sink for Count {
+    fn put_bytes(&mut self, tag: u32, bytes: &[u8]) {
+        self.0 += key_len(tag) + encoded_len_varint(bytes.len() as u64) + bytes.len();
+    }
+
+    fn put_varint(&mut self, tag: u32, value: u64) {
+        self.0 += key_len(tag) + encoded_len_varint(value);
+    }
+
+    fn put_fixed32(&mut self, tag: u32, _: u32) {
+        self.0 += key_len(tag) + 4;
+    }
+
+    fn put_fixed64(&mut self, tag: u32, _: u64) {
+        self.0 += key_len(tag) + 8;
+    }
+
+    fn put_message<M: Message>(&mut self, tag: u32, message: &M) {
+        let len = body_len(message);
+        self.0 += key_len(tag) + encoded_len_varint(len as u64) + len;
     }
 }
 
-/// A varint field (`uint32`, an enumeration); left out when zero.
-fn varint_len(tag: u32, value: u64) -> usize {
-    match value {
-        0 => 0,
-        v => key_len(tag) + encoded_len_varint(v),
-    }
-}
+/// Writes the fields.
+struct Write<'b>(&'b mut Vec<u8>);
 
-fn put_varint(tag: u32, value: u64, buf: &mut Vec<u8>) {
-    if value != 0 {
-        encode_key(tag, Varint, buf);
-        encode_varint(value, buf);
+impl Sink for Write<'_> {
+    fn put_bytes(&mut self, tag: u32, bytes: &[u8]) {
+        encode_key(tag, LengthDelimited, self.0);
+        encode_varint(bytes.len() as u64, self.0);
+        self.0.extend_from_slice(bytes);
     }
-}
 
-/// A `fixed32` or `fixed64` field; left out when zero.
-fn fixed_len(tag: u32, value: u64, width: usize) -> usize {
-    match value {
-        0 => 0,
-        _ => key_len(tag) + width,
+    fn put_varint(&mut self, tag: u32, value: u64) {
+        encode_key(tag, Varint, self.0);
+        encode_varint(value, self.0);
     }
-}
 
-fn put_fixed32(tag: u32, value: u32, buf: &mut Vec<u8>) {
-    if value != 0 {
-        encode_key(tag, ThirtyTwoBit, buf);
-        buf.extend_from_slice(&value.to_le_bytes());
+    fn put_fixed32(&mut self, tag: u32, value: u32) {
+        encode_key(tag, ThirtyTwoBit, self.0);
+        self.0.extend_from_slice(&value.to_le_bytes());
     }
-}
 
-fn put_fixed64(tag: u32, value: u64, buf: &mut Vec<u8>) {
-    if value != 0 {
-        encode_key(tag, SixtyFourBit, buf);
-        buf.extend_from_slice(&value.to_le_bytes());
+    fn put_fixed64(&mut self, tag: u32, value: u64) {
+        encode_key(tag, SixtyFourBit, self.0);
+        self.0.extend_from_slice(&value.to_le_bytes());
+    }
+
+    fn put_message<M: Message>(&mut self, tag: u32, message: &M) {
+        encode_key(tag, LengthDelimited, self.0);
+        encode_varint(body_len(message) as u64, self.0);
+        message.fields(self);
     }
 }
 
@@ -123,54 +152,36 @@ fn flags(context: &SpanContext, parent_is_remote: bool) -> u32 {
 /// `Span`.
 struct SpanMessage<'a>(&'a SpanData);
 
-/// A root span's `parent_span_id` is empty, so left out.
-fn parent_of(span: &SpanData) -> Option<[u8; 8]> {
-    (span.parent_span_id != SpanId::INVALID).then(|| span.parent_span_id.to_bytes())
-}
-
 impl Message for SpanMessage<'_> {
-    fn body_len(&self) -> usize {
+    fn fields<S: Sink>(&self, sink: &mut S) {
         let span = self.0;
         let context = &span.span_context;
-        bytes_len(1, &context.trace_id().to_bytes())
-            + bytes_len(2, &context.span_id().to_bytes())
-            + bytes_len(3, context.trace_state().header().as_bytes())
-            + parent_of(span).map_or(0, |id| bytes_len(4, &id))
-            + fixed_len(16, flags(context, span.parent_span_is_remote).into(), 4)
-            + bytes_len(5, span.name.as_bytes())
-            + varint_len(6, kind(&span.span_kind))
-            + fixed_len(7, nanos(span.start_time), 8)
-            + fixed_len(8, nanos(span.end_time), 8)
-            + repeated_len(9, span.attributes.iter().map(Attribute))
-            + varint_len(10, span.dropped_attributes_count.into())
-            + repeated_len(11, span.events.iter().map(EventMessage))
-            + varint_len(12, span.events.dropped_count.into())
-            + repeated_len(13, span.links.iter().map(LinkMessage))
-            + varint_len(14, span.links.dropped_count.into())
-            + message_len(15, &StatusMessage(&span.status))
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        let span = self.0;
-        let context = &span.span_context;
-        put_bytes(1, &context.trace_id().to_bytes(), buf);
-        put_bytes(2, &context.span_id().to_bytes(), buf);
-        put_bytes(3, context.trace_state().header().as_bytes(), buf);
-        if let Some(id) = parent_of(span) {
-            put_bytes(4, &id, buf);
+        sink.bytes(1, &context.trace_id().to_bytes());
+        sink.bytes(2, &context.span_id().to_bytes());
+        sink.bytes(3, context.trace_state().header().as_bytes());
+        // A root span's parent is left out, as an empty `parent_span_id`.
+        if span.parent_span_id != SpanId::INVALID {
+            sink.bytes(4, &span.parent_span_id.to_bytes());
         }
-        put_bytes(5, span.name.as_bytes(), buf);
-        put_varint(6, kind(&span.span_kind), buf);
-        put_fixed64(7, nanos(span.start_time), buf);
-        put_fixed64(8, nanos(span.end_time), buf);
-        put_repeated(9, span.attributes.iter().map(Attribute), buf);
-        put_varint(10, span.dropped_attributes_count.into(), buf);
-        put_repeated(11, span.events.iter().map(EventMessage), buf);
-        put_varint(12, span.events.dropped_count.into(), buf);
-        put_repeated(13, span.links.iter().map(LinkMessage), buf);
-        put_varint(14, span.links.dropped_count.into(), buf);
-        put_message(15, &StatusMessage(&span.status), buf);
-        put_fixed32(16, flags(context, span.parent_span_is_remote), buf);
+        sink.bytes(5, span.name.as_bytes());
+        sink.varint(6, kind(&span.span_kind));
+        sink.fixed64(7, nanos(span.start_time));
+        sink.fixed64(8, nanos(span.end_time));
+        for attribute in &span.attributes {
+            sink.put_message(9, &Attribute(attribute));
+        }
+        sink.varint(10, span.dropped_attributes_count.into());
+        for event in span.events.iter() {
+            sink.put_message(11, &EventMessage(event));
+        }
+        sink.varint(12, span.events.dropped_count.into());
+        for link in span.links.iter() {
+            sink.put_message(13, &LinkMessage(link));
+        }
+        sink.varint(14, span.links.dropped_count.into());
+        // Always present, as the crate's conversion makes it.
+        sink.put_message(15, &StatusMessage(&span.status));
+        sink.fixed32(16, flags(context, span.parent_span_is_remote));
     }
 }
 
@@ -189,20 +200,14 @@ fn kind(kind: &SpanKind) -> u64 {
 struct EventMessage<'a>(&'a Event);
 
 impl Message for EventMessage<'_> {
-    fn body_len(&self) -> usize {
+    fn fields<S: Sink>(&self, sink: &mut S) {
         let event = self.0;
-        fixed_len(1, nanos(event.timestamp), 8)
-            + bytes_len(2, event.name.as_bytes())
-            + repeated_len(3, event.attributes.iter().map(Attribute))
-            + varint_len(4, event.dropped_attributes_count.into())
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        let event = self.0;
-        put_fixed64(1, nanos(event.timestamp), buf);
-        put_bytes(2, event.name.as_bytes(), buf);
-        put_repeated(3, event.attributes.iter().map(Attribute), buf);
-        put_varint(4, event.dropped_attributes_count.into(), buf);
+        sink.fixed64(1, nanos(event.timestamp));
+        sink.bytes(2, event.name.as_bytes());
+        for attribute in &event.attributes {
+            sink.put_message(3, &Attribute(attribute));
+        }
+        sink.varint(4, event.dropped_attributes_count.into());
     }
 }
 
@@ -210,49 +215,31 @@ impl Message for EventMessage<'_> {
 struct LinkMessage<'a>(&'a Link);
 
 impl Message for LinkMessage<'_> {
-    fn body_len(&self) -> usize {
+    fn fields<S: Sink>(&self, sink: &mut S) {
         let (link, context) = (self.0, &self.0.span_context);
-        bytes_len(1, &context.trace_id().to_bytes())
-            + bytes_len(2, &context.span_id().to_bytes())
-            + bytes_len(3, context.trace_state().header().as_bytes())
-            + repeated_len(4, link.attributes.iter().map(Attribute))
-            + varint_len(5, link.dropped_attributes_count.into())
-            + fixed_len(6, flags(context, context.is_remote()).into(), 4)
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        let (link, context) = (self.0, &self.0.span_context);
-        put_bytes(1, &context.trace_id().to_bytes(), buf);
-        put_bytes(2, &context.span_id().to_bytes(), buf);
-        put_bytes(3, context.trace_state().header().as_bytes(), buf);
-        put_repeated(4, link.attributes.iter().map(Attribute), buf);
-        put_varint(5, link.dropped_attributes_count.into(), buf);
-        put_fixed32(6, flags(context, context.is_remote()), buf);
+        sink.bytes(1, &context.trace_id().to_bytes());
+        sink.bytes(2, &context.span_id().to_bytes());
+        sink.bytes(3, context.trace_state().header().as_bytes());
+        for attribute in &link.attributes {
+            sink.put_message(4, &Attribute(attribute));
+        }
+        sink.varint(5, link.dropped_attributes_count.into());
+        sink.fixed32(6, flags(context, context.is_remote()));
     }
 }
 
-/// `Status`: always present, as the crate's conversion makes it.
+/// `Status`: its code, and a message only an error carries.
 struct StatusMessage<'a>(&'a Status);
 
 impl Message for StatusMessage<'_> {
-    fn body_len(&self) -> usize {
-        let (code, description) = status(self.0);
-        bytes_len(2, description.as_bytes()) + varint_len(3, code)
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        let (code, description) = status(self.0);
-        put_bytes(2, description.as_bytes(), buf);
-        put_varint(3, code, buf);
-    }
-}
-
-/// `Status.StatusCode` and the message: only an error carries one.
-fn status(status: &Status) -> (u64, &str) {
-    match status {
-        Status::Unset => (0, ""),
-        Status::Ok => (1, ""),
-        Status::Error { description } => (2, description),
+    fn fields<S: Sink>(&self, sink: &mut S) {
+        let (code, description) = match self.0 {
+            Status::Unset => (0, ""),
+            Status::Ok => (1, ""),
+            Status::Error { description } => (2, description.as_ref()),
+        };
+        sink.bytes(2, description.as_bytes());
+        sink.varint(3, code);
     }
 }
 
@@ -260,13 +247,9 @@ fn status(status: &Status) -> (u64, &str) {
 struct Attribute<'a>(&'a KeyValue);
 
 impl Message for Attribute<'_> {
-    fn body_len(&self) -> usize {
-        bytes_len(1, self.0.key.as_str().as_bytes()) + message_len(2, &Any::from(&self.0.value))
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        put_bytes(1, self.0.key.as_str().as_bytes(), buf);
-        put_message(2, &Any::from(&self.0.value), buf);
+    fn fields<S: Sink>(&self, sink: &mut S) {
+        sink.bytes(1, self.0.key.as_str().as_bytes());
+        sink.put_message(2, &Any::from(&self.0.value));
     }
 }
 
@@ -295,37 +278,13 @@ impl<'a> From<&'a Value> for Any<'a> {
 }
 
 impl Message for Any<'_> {
-    fn body_len(&self) -> usize {
+    fn fields<S: Sink>(&self, sink: &mut S) {
         match *self {
-            Any::Str(s) => key_len(1) + encoded_len_varint(s.len() as u64) + s.len(),
-            Any::Bool(_) => key_len(2) + 1,
-            Any::I64(i) => key_len(3) + encoded_len_varint(i as u64),
-            Any::F64(_) => key_len(4) + 8,
-            Any::Array(array) => message_len(5, &ArrayValue(array)),
-            Any::Unknown => 0,
-        }
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        match *self {
-            Any::Str(s) => {
-                encode_key(1, LengthDelimited, buf);
-                encode_varint(s.len() as u64, buf);
-                buf.extend_from_slice(s.as_bytes());
-            }
-            Any::Bool(b) => {
-                encode_key(2, Varint, buf);
-                encode_varint(u64::from(b), buf);
-            }
-            Any::I64(i) => {
-                encode_key(3, Varint, buf);
-                encode_varint(i as u64, buf);
-            }
-            Any::F64(f) => {
-                encode_key(4, SixtyFourBit, buf);
-                buf.extend_from_slice(&f.to_le_bytes());
-            }
-            Any::Array(array) => put_message(5, &ArrayValue(array), buf),
+            Any::Str(s) => sink.put_bytes(1, s.as_bytes()),
+            Any::Bool(b) => sink.put_varint(2, b.into()),
+            Any::I64(i) => sink.put_varint(3, i as u64),
+            Any::F64(f) => sink.put_fixed64(4, f.to_bits()),
+            Any::Array(array) => sink.put_message(5, &ArrayValue(array)),
             Any::Unknown => {}
         }
     }
@@ -335,22 +294,13 @@ impl Message for Any<'_> {
 struct ArrayValue<'a>(&'a Array);
 
 impl Message for ArrayValue<'_> {
-    fn body_len(&self) -> usize {
+    fn fields<S: Sink>(&self, sink: &mut S) {
+        let mut element = |any: Any<'_>| sink.put_message(1, &any);
         match self.0 {
-            Array::Bool(v) => repeated_len(1, v.iter().map(|&b| Any::Bool(b))),
-            Array::I64(v) => repeated_len(1, v.iter().map(|&i| Any::I64(i))),
-            Array::F64(v) => repeated_len(1, v.iter().map(|&f| Any::F64(f))),
-            Array::String(v) => repeated_len(1, v.iter().map(|s| Any::Str(s.as_str()))),
-            _ => 0,
-        }
-    }
-
-    fn write_body(&self, buf: &mut Vec<u8>) {
-        match self.0 {
-            Array::Bool(v) => put_repeated(1, v.iter().map(|&b| Any::Bool(b)), buf),
-            Array::I64(v) => put_repeated(1, v.iter().map(|&i| Any::I64(i)), buf),
-            Array::F64(v) => put_repeated(1, v.iter().map(|&f| Any::F64(f)), buf),
-            Array::String(v) => put_repeated(1, v.iter().map(|s| Any::Str(s.as_str())), buf),
+            Array::Bool(v) => v.iter().for_each(|&b| element(Any::Bool(b))),
+            Array::I64(v) => v.iter().for_each(|&i| element(Any::I64(i))),
+            Array::F64(v) => v.iter().for_each(|&f| element(Any::F64(f))),
+            Array::String(v) => v.iter().for_each(|s| element(Any::Str(s.as_str()))),
             _ => {}
         }
     }
