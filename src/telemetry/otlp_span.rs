@@ -35,6 +35,7 @@ trait Message {
 }
 
 /// The length of a message's body.
+#[inline]
 fn body_len(message: &impl Message) -> usize {
     let mut count = Count(0);
     message.fields(&mut count);
@@ -43,6 +44,9 @@ fn body_len(message: &impl Message) -> usize {
 
 /// Where a message's fields go. The `put_` methods write a field whatever its value (a
 /// `oneof` member, a present message); the others leave proto3's default out.
+///
+/// This module's small functions are `#[inline]`: left to the compiler, the span
+/// processor took 3.7–4.2% of a loaded sidecar's samples instead of 2.6–3.3%.
 trait Sink {
     fn put_bytes(&mut self, tag: u32, bytes: &[u8]);
     fn put_varint(&mut self, tag: u32, value: u64);
@@ -51,6 +55,7 @@ trait Sink {
     fn put_message<M: Message>(&mut self, tag: u32, message: &M);
 
     /// A `bytes` or `string` field.
+    #[inline]
     fn bytes(&mut self, tag: u32, bytes: &[u8]) {
         if !bytes.is_empty() {
             self.put_bytes(tag, bytes);
@@ -58,18 +63,21 @@ trait Sink {
     }
 
     /// A `uint32` or enumeration field.
+    #[inline]
     fn varint(&mut self, tag: u32, value: u64) {
         if value != 0 {
             self.put_varint(tag, value);
         }
     }
 
+    #[inline]
     fn fixed32(&mut self, tag: u32, value: u32) {
         if value != 0 {
             self.put_fixed32(tag, value);
         }
     }
 
+    #[inline]
     fn fixed64(&mut self, tag: u32, value: u64) {
         if value != 0 {
             self.put_fixed64(tag, value);
@@ -81,22 +89,27 @@ trait Sink {
 struct Count(usize);
 
 impl Sink for Count {
+    #[inline]
     fn put_bytes(&mut self, tag: u32, bytes: &[u8]) {
         self.0 += key_len(tag) + encoded_len_varint(bytes.len() as u64) + bytes.len();
     }
 
+    #[inline]
     fn put_varint(&mut self, tag: u32, value: u64) {
         self.0 += key_len(tag) + encoded_len_varint(value);
     }
 
+    #[inline]
     fn put_fixed32(&mut self, tag: u32, _: u32) {
         self.0 += key_len(tag) + 4;
     }
 
+    #[inline]
     fn put_fixed64(&mut self, tag: u32, _: u64) {
         self.0 += key_len(tag) + 8;
     }
 
+    #[inline]
     fn put_message<M: Message>(&mut self, tag: u32, message: &M) {
         let len = body_len(message);
         self.0 += key_len(tag) + encoded_len_varint(len as u64) + len;
@@ -107,27 +120,32 @@ impl Sink for Count {
 struct Write<'b>(&'b mut Vec<u8>);
 
 impl Sink for Write<'_> {
+    #[inline]
     fn put_bytes(&mut self, tag: u32, bytes: &[u8]) {
         encode_key(tag, LengthDelimited, self.0);
         encode_varint(bytes.len() as u64, self.0);
         self.0.extend_from_slice(bytes);
     }
 
+    #[inline]
     fn put_varint(&mut self, tag: u32, value: u64) {
         encode_key(tag, Varint, self.0);
         encode_varint(value, self.0);
     }
 
+    #[inline]
     fn put_fixed32(&mut self, tag: u32, value: u32) {
         encode_key(tag, ThirtyTwoBit, self.0);
         self.0.extend_from_slice(&value.to_le_bytes());
     }
 
+    #[inline]
     fn put_fixed64(&mut self, tag: u32, value: u64) {
         encode_key(tag, SixtyFourBit, self.0);
         self.0.extend_from_slice(&value.to_le_bytes());
     }
 
+    #[inline]
     fn put_message<M: Message>(&mut self, tag: u32, message: &M) {
         encode_key(tag, LengthDelimited, self.0);
         encode_varint(body_len(message) as u64, self.0);
@@ -153,6 +171,7 @@ fn flags(context: &SpanContext, parent_is_remote: bool) -> u32 {
 struct SpanMessage<'a>(&'a SpanData);
 
 impl Message for SpanMessage<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         let span = self.0;
         let context = &span.span_context;
@@ -200,6 +219,7 @@ fn kind(kind: &SpanKind) -> u64 {
 struct EventMessage<'a>(&'a Event);
 
 impl Message for EventMessage<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         let event = self.0;
         sink.fixed64(1, nanos(event.timestamp));
@@ -215,6 +235,7 @@ impl Message for EventMessage<'_> {
 struct LinkMessage<'a>(&'a Link);
 
 impl Message for LinkMessage<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         let (link, context) = (self.0, &self.0.span_context);
         sink.bytes(1, &context.trace_id().to_bytes());
@@ -232,6 +253,7 @@ impl Message for LinkMessage<'_> {
 struct StatusMessage<'a>(&'a Status);
 
 impl Message for StatusMessage<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         let (code, description) = match self.0 {
             Status::Unset => (0, ""),
@@ -247,6 +269,7 @@ impl Message for StatusMessage<'_> {
 struct Attribute<'a>(&'a KeyValue);
 
 impl Message for Attribute<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         sink.bytes(1, self.0.key.as_str().as_bytes());
         sink.put_message(2, &Any::from(&self.0.value));
@@ -278,6 +301,7 @@ impl<'a> From<&'a Value> for Any<'a> {
 }
 
 impl Message for Any<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         match *self {
             Any::Str(s) => sink.put_bytes(1, s.as_bytes()),
@@ -294,6 +318,7 @@ impl Message for Any<'_> {
 struct ArrayValue<'a>(&'a Array);
 
 impl Message for ArrayValue<'_> {
+    #[inline]
     fn fields<S: Sink>(&self, sink: &mut S) {
         let mut element = |any: Any<'_>| sink.put_message(1, &any);
         match self.0 {
