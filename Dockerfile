@@ -6,7 +6,8 @@
 # --- build: the release binary, exactly the locked dependency versions ---------------------
 FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+# build.rs: the binary's link settings (packed relocations, see the file).
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 # The demo embeds the example policies and keys (include_str!).
 COPY examples ./examples

@@ -1,7 +1,8 @@
 //! The `Dockerfile`, checked by reading it (no Docker engine runs here): a multi-stage
 //! build of exactly the locked dependencies, a runtime stage that runs the one `toolgate`
 //! binary as the numeric non-root user the injector and the chart also use, and a build
-//! context holding every file the crate embeds.
+//! context holding every file the crate embeds. And the binary it ships, read as ELF: its
+//! relocations packed as `build.rs` asks.
 
 use std::path::Path;
 
@@ -151,7 +152,8 @@ fn the_builder_gets_every_embedded_file() {
         .filter(|(k, _)| k == "COPY")
         .flat_map(|(_, a)| a.split_whitespace().map(str::to_string).collect::<Vec<_>>())
         .collect();
-    for needed in ["Cargo.toml", "Cargo.lock", "src"] {
+    // build.rs too: without it the image would build, silently without its link settings.
+    for needed in ["Cargo.toml", "Cargo.lock", "build.rs", "src"] {
         assert!(copied.iter().any(|c| c == needed), "{needed} is not copied");
     }
     let ignored = std::fs::read_to_string(root().join(".dockerignore")).unwrap();
@@ -206,4 +208,39 @@ fn collect_embedded(dir: &Path, out: &mut Vec<String>) {
             }
         }
     }
+}
+
+/// The binary packs its relocations (`build.rs`): the dynamic section has `DT_RELR`.
+/// Read from the ELF headers directly, so the check needs no binutils.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+#[test]
+fn the_binary_packs_its_relative_relocations() {
+    if std::env::var("TOOLGATE_RELR").as_deref() == Ok("0") {
+        return; // built without, on purpose
+    }
+    const PT_DYNAMIC: u32 = 2;
+    const DT_RELR: u64 = 36;
+    let elf = std::fs::read(env!("CARGO_BIN_EXE_toolgate")).unwrap();
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+    let dynamic = (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .find(|&ph| u32_at(ph) == PT_DYNAMIC)
+        .expect("a dynamically linked binary");
+    let (offset, size) = (
+        u64_at(dynamic + 0x08) as usize,
+        u64_at(dynamic + 0x20) as usize,
+    );
+    let tags: Vec<u64> = (offset..offset + size)
+        .step_by(16)
+        .map(u64_at)
+        .take_while(|&tag| tag != 0)
+        .collect();
+    assert!(
+        tags.contains(&DT_RELR),
+        "no DT_RELR in the binary's dynamic section: build.rs's link argument was lost"
+    );
 }
