@@ -239,6 +239,7 @@ async fn run_drains_in_flight_calls_on_sigterm_and_audit_verifies() {
     assert!(up, "toolgate run never became ready");
     let request = http::Request::post(format!("http://127.0.0.1:{port}/issues"))
         .header("authorization", "Bearer demo-ops-token")
+        .header("content-type", "application/json")
         .body(http_body_util::Full::new(bytes::Bytes::from_static(
             br#"{"project_key":"OPS","title":"slow"}"#,
         )))

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use toolgate::crd::parse_documents;
 use toolgate::identity::task::TaskTokens;
-use toolgate::limits::{Call as LimitedCall, Capacity, Clock, Ledger};
+use toolgate::limits::{Capacity, Clock, Ledger};
 use toolgate::policy::{BuildOptions, Snapshot};
 use toolgate::proxy::govern::{govern, Governor, Proposal};
 use toolgate::proxy::rest::classify::classify;
@@ -289,6 +289,8 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
     let proposal = Proposal {
         tool,
         args,
+        round: None,
+        idempotency_key: None,
         agent: &agent,
         method: &method,
         path: &path,
@@ -315,14 +317,8 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         }
         Some(reject) => format!("shadow-deny {} -> forwards {forwards}", reasons(reject)),
     };
-    let limited = LimitedCall::new(
-        &agent.id,
-        call.session.as_deref(),
-        &verdict.contract.tool,
-        verdict.args.args(),
-        None,
-    );
-    match session::admit(ledger, &limited, verdict.policy) {
+    // The call's one identity, as the forward path keys on it.
+    match session::admit(ledger, &verdict.call(), verdict.policy) {
         Ok(None) => line,
         // The first would-be refusal is the one recorded (`Outcome::shadowed`).
         Ok(Some(reject)) if verdict.shadowed.is_none() => {

@@ -394,6 +394,9 @@ async fn open(
         .uri(format!("{}/mcp", h.base))
         .header("authorization", format!("Bearer {OPS_TOKEN}"))
         .header("accept", "application/json, text/event-stream");
+    if !body.is_empty() {
+        request = request.header("content-type", "application/json");
+    }
     for (k, v) in headers {
         request = request.header(*k, *v);
     }

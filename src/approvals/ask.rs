@@ -1,15 +1,16 @@
 //! The gate's approval step, for a call whose grant asks for a person's approval and
 //! that passed every other check (`proxy::govern`).
 //!
-//! Nothing is forwarded until an approval of this very call (agent, session, tool,
-//! canonical arguments) is approved; then it is taken (approved → used, atomically), so
+//! Nothing is forwarded until an approval of this very call (its binding: agent,
+//! session, tool, canonical arguments and round, from the call's one identity) is approved; then it is taken (approved → used, atomically), so
 //! the call runs once. A repeat while pending gets the same approval id; a denied one
 //! gets `APPROVAL_DENIED` until it expires; used or expired, the next call asks anew.
 
 use serde_json::Value;
 
 use super::store::Store;
-use super::{binding, new_id, now_ms, rfc3339, Approval, Status};
+use super::{new_id, now_ms, rfc3339, Approval, Status};
+use crate::limits::Call;
 use crate::policy::agent_policy::Approval as Spec;
 use crate::policy::contract::Contract;
 use crate::vocab::{Code, Detail, Reject};
@@ -31,8 +32,7 @@ pub async fn ask(
     store: &Store,
     spec: &Spec,
     contract: &Contract,
-    agent: &str,
-    session: Option<&str>,
+    call: &Call<'_>,
     args: &Value,
     transitions: &mut Vec<Transition>,
 ) -> Result<Approval, Reject> {
@@ -43,8 +43,8 @@ pub async fn ask(
         id: new_id(),
         status: Status::Pending,
         tool: contract.tool.clone(),
-        agent: agent.to_string(),
-        session: session.map(str::to_string),
+        agent: call.agent.to_string(),
+        session: call.session.map(str::to_string),
         arguments,
         condition: spec.condition().to_string(),
         approvers: spec.approvers.clone(),
@@ -52,7 +52,7 @@ pub async fn ask(
         expires_ms: now.saturating_add(spec.ttl.as_millis() as u64),
         decided_by: None,
         reason: None,
-        binding: binding(agent, session, &contract.tool, args),
+        binding: hex::encode(call.binding()),
     };
     // Asked at most twice: a second time only when an identical call took the approved
     // approval a moment before this one, which then needs a new approval of its own.

@@ -10,8 +10,9 @@
 //! approver ─ admin API (approver credential) ─ decide: pending → approved | denied
 //! ```
 //!
-//! An approval is bound to agent + session + tool + canonical arguments (its binding):
-//! any other call (other arguments, another agent) is another approval. The store is
+//! An approval is bound to the call's one identity (its binding: agent + session + tool +
+//! canonical arguments + the round fields of a multi-round MCP call): any other call —
+//! other arguments, another agent, a later round — is another approval. The store is
 //! in the sidecar's memory (bounded in count and by TTL; approvals live in the pod that
 //! issued them) or, with `state.backend: redis`, in the shared state, where any pod can
 //! decide an approval and any pod runs the approved call.
@@ -29,8 +30,6 @@ pub mod store;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use crate::limits::canonical::KeyBuilder;
 
 /// Where an approval is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +89,8 @@ pub struct Approval {
     pub expires_ms: u64,
     pub decided_by: Option<String>,
     pub reason: Option<String>,
-    /// What makes a call this approval's: agent, session, tool, canonical arguments.
+    /// What makes a call this approval's: agent, session, tool, canonical arguments and
+    /// round (`limits::Call::binding`, as hex).
     pub binding: String,
 }
 
@@ -125,13 +125,6 @@ impl Approval {
     pub fn decidable_by(&self, groups: &[String]) -> bool {
         self.approvers.iter().any(|g| groups.contains(g))
     }
-}
-
-/// The binding of a call: agent, session, tool and canonical arguments, as hex.
-pub fn binding(agent: &str, session: Option<&str>, tool: &str, args: &Value) -> String {
-    let mut key = KeyBuilder::new("approval");
-    key.text(agent).optional(session).text(tool).json(args);
-    hex::encode(key.finish())
 }
 
 /// A fresh approval id: 128 random bits, hex.

@@ -64,22 +64,12 @@ impl Approvals {
         &self,
         spec: &Spec,
         contract: &Contract,
-        agent: &str,
-        session: Option<&str>,
+        call: &crate::limits::Call<'_>,
         args: &serde_json::Value,
         trace_id: &str,
     ) -> Result<Approval, Reject> {
         let mut transitions = Vec::new();
-        let asked = ask::ask(
-            &self.store,
-            spec,
-            contract,
-            agent,
-            session,
-            args,
-            &mut transitions,
-        )
-        .await;
+        let asked = ask::ask(&self.store, spec, contract, call, args, &mut transitions).await;
         for transition in transitions {
             match transition {
                 Transition::Requested(approval) => {

@@ -435,6 +435,21 @@ pub struct Limits {
     pub session_idle_seconds: u64,
     /// Bytes of in-flight and recent non-idempotent calls kept to answer duplicates.
     pub dedupe_max_bytes: u64,
+    /// What happens to a header whose name holds `_` (`X_Foo`), which some backend
+    /// stacks read as `X-Foo` and others don't.
+    pub headers_with_underscores: Underscores,
+}
+
+/// `limits.headersWithUnderscores`: a header name with `_` is dropped (the default),
+/// refused (`MALFORMED_REQUEST`) or passed on. Whatever the setting, a name that reads as
+/// `X-Toolgate-*` once `_` is taken for `-` is always dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Underscores {
+    #[default]
+    Drop,
+    Reject,
+    Allow,
 }
 
 impl Default for Limits {
@@ -455,6 +470,7 @@ impl Default for Limits {
             // Room for one result of `max_response_bytes` (8 MiB) and ~4,000 small ones, or
             // ~13,000 small ones, within the sidecar's 60 MB under load (docs/bench-history.md, item 16).
             dedupe_max_bytes: 12 << 20,
+            headers_with_underscores: Underscores::Drop,
         }
     }
 }

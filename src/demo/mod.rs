@@ -350,6 +350,9 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
         if step.task {
             request = request.header("x-toolgate-task", task.as_str());
         }
+        if !step.body.is_empty() {
+            request = request.header("content-type", "application/json");
+        }
         let response = client
             .request(request.body(Full::new(Bytes::from_static(step.body.as_bytes())))?)
             .await?;

@@ -110,6 +110,19 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// What an approval of this call is bound to: who asked, in which session, and the
+    /// call itself — tool, canonical arguments and round (its [`fingerprint`]). Not the
+    /// action: an approval is for one call, never for whatever shares its `dedupeKey`.
+    ///
+    /// [`fingerprint`]: Call::fingerprint
+    pub fn binding(&self) -> Key {
+        KeyBuilder::new("approval")
+            .text(self.agent)
+            .optional(self.session)
+            .bytes(&self.fingerprint())
+            .finish()
+    }
+
     pub fn fingerprint(&self) -> Key {
         *self.fingerprint.get_or_init(|| {
             let mut key = KeyBuilder::new("call");

@@ -41,8 +41,12 @@ pub struct Plan<'a> {
     pub contract: &'a Contract,
     /// The policy whose session limits the call meets.
     pub policy: &'a Policy,
-    /// The call as limits see it (agent, session, tool, arguments, idempotency key).
+    /// The call's one identity (`Verdict::call`): what duplicates, claims and session
+    /// limits key on.
     pub call: &'a Call<'a>,
+    /// Its approval was not taken because an identical call ran or runs (`Verdict`): it
+    /// may join that call, and is refused rather than run if it would lead.
+    pub joins_only: bool,
     pub exchange: Exchange,
     /// The call's server span, parent of the client span a send starts: started only
     /// when the request is really sent, so a duplicate or a refusal has none.
@@ -117,6 +121,7 @@ where
         contract,
         policy,
         call,
+        joins_only,
         mut exchange,
         parent,
         mcp,
@@ -223,6 +228,16 @@ where
     let admit = move || {
         let (shadowed, denied, claim) = (shadowed_at, denied_at, claim_at);
         async move {
+            // Only a lead is admitted: a call whose approval was waived as a duplicate
+            // found nothing to join after all, so it needs an approval of its own.
+            if joins_only {
+                *denied = true;
+                return Err(Reject::new(
+                    Code::ApprovalRequired,
+                    "the identical call this one repeats is no longer kept, so this call \
+                     needs an approval of its own: repeat it to ask for one",
+                ));
+            }
             let (Some(shared), Some(claim)) = (&gate.shared, claim) else {
                 return match session::admit(&gate.ledger, call, policy) {
                     Ok(overridden) => {

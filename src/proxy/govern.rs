@@ -9,6 +9,12 @@
 //! It returns values and writes nothing: the caller records the [`Verdict`] (or the
 //! refusal) in the call's outcome. What runs after it — duplicate detection, session
 //! limits, the send — is the forward path's (`proxy::forward`).
+//!
+//! A call has one identity, [`Verdict::call`]: agent, session, tool, the validated
+//! arguments, the round fields of a multi-round MCP call, the idempotency key and the
+//! `dedupeKey` action. The approval step and the forward path (duplicates, session
+//! limits, claims) both key on it, so an approval can only ever be matched by the call
+//! it was made for (DESIGN §14).
 
 use http::HeaderMap;
 use serde_json::Value;
@@ -59,6 +65,10 @@ impl Gate {
 pub struct Proposal<'a> {
     pub tool: ToolId,
     pub args: Args,
+    /// A later round of a multi-round MCP call: its `inputResponses` / `requestState`.
+    pub round: Option<Value>,
+    /// The request's `Idempotency-Key`, already checked.
+    pub idempotency_key: Option<&'a str>,
     pub agent: &'a Agent,
     /// The HTTP request it came in, for rules reading `request` and the task token.
     pub method: &'a str,
@@ -81,8 +91,13 @@ pub struct Captured {
 pub struct Verdict<'s> {
     pub contract: &'s Contract,
     pub policy: &'s Policy,
+    pub agent: &'s Agent,
+    pub session: Option<&'s str>,
     /// Validated with defaults filled; unchecked when a shadow policy overrode a refusal.
     pub args: Arguments,
+    /// The round fields of a multi-round MCP call, part of the call's identity.
+    pub round: Option<Value>,
+    pub idempotency_key: Option<&'s str>,
     /// `Allow`, or `ShadowDeny` with the refusal it overrode.
     pub decision: Decision,
     pub shadowed: Option<Reject>,
@@ -92,6 +107,26 @@ pub struct Verdict<'s> {
     pub action: Option<String>,
     /// The approval the call runs under (its grant's `approval`), now used.
     pub approval: Option<crate::approvals::Approval>,
+    /// The grant asks for approval, and none was taken because an identical call ran or
+    /// runs here: this call may only join that one, never run itself.
+    pub joins_only: bool,
+}
+
+impl<'s> Verdict<'s> {
+    /// The call's one identity: what approvals, duplicates, claims and session limits
+    /// key on. Everything in it comes from the verdict, so every step that asks for it
+    /// gets the same call.
+    pub fn call(&self) -> Call<'_> {
+        Call::new(
+            &self.agent.id,
+            self.session,
+            &self.contract.tool,
+            self.args.args(),
+            self.idempotency_key,
+        )
+        .in_round(self.round.as_ref())
+        .as_action(self.action.as_deref())
+    }
 }
 
 /// With `captureArguments`, what the audit record keeps of `args`: a redacted copy.
@@ -104,29 +139,6 @@ fn capture(contract: &Contract, captured: &mut Captured, args: &Value) {
     }
 }
 
-/// Whether this sidecar's duplicate table holds an identical call of `contract`.
-fn duplicate_of_a_run(
-    governor: &Governor<'_>,
-    request: &RequestView<'_>,
-    agent: &Agent,
-    contract: &Contract,
-    args: &Arguments,
-    action: &Option<String>,
-) -> bool {
-    let Ok(key) = crate::proxy::headers::idempotency_key(request.headers) else {
-        return false;
-    };
-    let call = Call::new(
-        &agent.id,
-        request.session,
-        &contract.tool,
-        args.args(),
-        key.as_deref(),
-    )
-    .as_action(action.as_deref());
-    governor.ledger.dedupe().holds(&call)
-}
-
 /// Decides a call; `Err` is the refusal to answer with, and nothing may be forwarded.
 /// Awaits the shared state's `session.calls` (only when rules read it) and the approval
 /// store (only for a grant with `approval`). With `captureArguments`, `captured` receives
@@ -134,7 +146,7 @@ fn duplicate_of_a_run(
 pub async fn govern<'s>(
     governor: &Governor<'_>,
     snapshot: &'s Snapshot,
-    proposal: Proposal<'_>,
+    proposal: Proposal<'s>,
     captured: &mut Captured,
 ) -> Result<Verdict<'s>, Reject> {
     let contract = snapshot.contract(proposal.tool);
@@ -186,7 +198,7 @@ pub async fn govern<'s>(
         &view,
         contract.capture_arguments.then_some(&mut captured.inputs),
     );
-    let (args, decision, mut shadowed, needs_approval) = match decided {
+    let (args, decision, shadowed, needs_approval) = match decided {
         Ok(decided) => (decided.args, Decision::Allow, None, decided.needs_approval),
         Err(reject) if policy.shadow => {
             tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, code = %reject.code, "shadow policy would deny; forwarding");
@@ -225,52 +237,83 @@ pub async fn govern<'s>(
         .grants
         .get(contract.tool.as_str())
         .and_then(|g| g.approval.as_ref())
-        .filter(|_| needs_approval)
-        // A duplicate of a non-idempotent call that ran (approved) or runs here joins it
-        // and replays its answer: it runs nothing, so it needs no approval of its own.
-        .filter(|_| {
-            contract.idempotent
-                || !duplicate_of_a_run(governor, &view, proposal.agent, contract, &args, &action)
-        });
-    let mut decision = decision;
-    let approval = match (spec, governor.approvals) {
-        (None, _) => None,
-        (Some(spec), _) if policy.shadow => {
-            tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, "shadow policy would hold the call for approval; forwarding");
-            decision = Decision::ShadowDeny;
-            shadowed = Some(Reject::new(
-                Code::ApprovalRequired,
-                format!("the call would need approval ({})", spec.condition()),
-            ));
-            None
-        }
-        // Boxed: asking is kilobytes of state, and only a grant with `approval` asks.
-        (Some(spec), Some(approvals)) => Some(
-            Box::pin(approvals.ask(
-                spec,
-                contract,
-                &proposal.agent.id,
-                proposal.session,
-                args.value(),
-                proposal.trace_id,
-            ))
-            .await?,
-        ),
-        (Some(_), None) => {
-            return Err(Reject::new(
-                Code::ApprovalRequired,
-                "this call needs a person's approval, and no approvals are kept here",
-            ))
-        }
-    };
-    Ok(Verdict {
+        .filter(|_| needs_approval);
+    let mut verdict = Verdict {
         contract,
         policy,
+        agent: proposal.agent,
+        session: proposal.session,
         args,
+        round: proposal.round,
+        idempotency_key: proposal.idempotency_key,
         decision,
         shadowed,
         state_failed_open,
         action,
-        approval,
-    })
+        approval: None,
+        joins_only: false,
+    };
+    if let Some(spec) = spec {
+        match approve(governor, &verdict, spec, proposal.trace_id).await? {
+            Approved::Used(approval) => verdict.approval = Some(approval),
+            // A shadow policy forwards whatever happens; it holds nothing to joining.
+            Approved::JoinsOnly => verdict.joins_only = !policy.shadow,
+            Approved::Shadowed(reject) => {
+                verdict.decision = Decision::ShadowDeny;
+                verdict.shadowed = Some(reject);
+            }
+        }
+    }
+    Ok(verdict)
+}
+
+/// How a call that needs approval may go on.
+enum Approved {
+    /// Under this approval, now used: it runs once.
+    Used(crate::approvals::Approval),
+    /// Without one: an identical call ran (approved) or runs here, and this one joins it
+    /// and replays its answer, running nothing.
+    JoinsOnly,
+    /// A shadow policy would have held it; it is forwarded, marked.
+    Shadowed(Reject),
+}
+
+/// The approval step, keyed on the call's one identity ([`Verdict::call`]).
+async fn approve(
+    governor: &Governor<'_>,
+    verdict: &Verdict<'_>,
+    spec: &crate::policy::agent_policy::Approval,
+    trace_id: &str,
+) -> Result<Approved, Reject> {
+    let call = verdict.call();
+    // A duplicate of a non-idempotent call joins the one that ran: it needs no approval
+    // of its own. The forward path holds it to that (`joins_only`): should the first
+    // call's entry go before this one claims, it is refused, never run.
+    if !verdict.contract.idempotent && governor.ledger.dedupe().holds(&call) {
+        return Ok(Approved::JoinsOnly);
+    }
+    if verdict.policy.shadow {
+        tracing::info!(tool = %verdict.contract.tool, agent = %verdict.agent.id, "shadow policy would hold the call for approval; forwarding");
+        let condition = spec.condition();
+        return Ok(Approved::Shadowed(Reject::new(
+            Code::ApprovalRequired,
+            format!("the call would need approval ({condition})"),
+        )));
+    }
+    let Some(approvals) = governor.approvals else {
+        return Err(Reject::new(
+            Code::ApprovalRequired,
+            "this call needs a person's approval, and no approvals are kept here",
+        ));
+    };
+    // Boxed: asking is kilobytes of state, and only a grant with `approval` asks.
+    let approval = Box::pin(approvals.ask(
+        spec,
+        verdict.contract,
+        &call,
+        verdict.args.value(),
+        trace_id,
+    ))
+    .await?;
+    Ok(Approved::Used(approval))
 }

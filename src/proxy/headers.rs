@@ -3,8 +3,17 @@
 //! Inbound `X-Toolgate-*` headers are dropped before anything else reads them, so an agent
 //! can't claim a decision, an identity or a session it doesn't have; the credential and
 //! hop-by-hop headers never reach the backend.
+//!
+//! Backends disagree on header names with `_`: WSGI, CGI and several Java and Node
+//! stacks read `X_Toolgate_Agent` as `X-Toolgate-Agent`. So [`screen`] runs first on every
+//! request: a name that reads as `x-toolgate-*` once `_` is taken for `-` is dropped
+//! whatever the settings say, and any other name with `_` is dropped, refused or passed
+//! as `limits.headersWithUnderscores` says. Names are case-insensitive already (the
+//! `http` crate lowercases them), so `_` is the only spelling left to close.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::Underscores;
 
 pub const DECISION: &str = "x-toolgate-decision";
 pub const CODE: &str = "x-toolgate-code";
@@ -32,6 +41,43 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::TRAILER,
     header::TRANSFER_ENCODING,
 ];
+
+/// Drops or refuses header names spelled with `_` (see the module docs); `Err` names the
+/// header when `limits.headersWithUnderscores` is `reject`.
+pub fn screen(headers: &mut HeaderMap, underscores: Underscores) -> Result<(), String> {
+    // The common case, no `_` anywhere, costs one scan of the names and no allocation.
+    if !headers.keys().any(|name| name.as_str().contains('_')) {
+        return Ok(());
+    }
+    let mut dropped = Vec::new();
+    for name in headers.keys().filter(|n| n.as_str().contains('_')) {
+        let toolgate = reads_as_toolgate(name.as_str());
+        match underscores {
+            _ if toolgate => dropped.push(name.clone()),
+            Underscores::Drop => dropped.push(name.clone()),
+            Underscores::Reject => {
+                return Err(format!(
+                    "header {name} has an underscore in its name, which backends read \
+                     differently; spell it with '-'"
+                ))
+            }
+            Underscores::Allow => {}
+        }
+    }
+    for name in dropped {
+        headers.remove(name);
+    }
+    Ok(())
+}
+
+/// Whether a header name is toolgate's own once `_` is read as `-`.
+fn reads_as_toolgate(name: &str) -> bool {
+    name.len() >= PREFIX.len()
+        && name
+            .bytes()
+            .zip(PREFIX.bytes())
+            .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+}
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -172,6 +218,45 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn underscore_spellings_of_toolgate_headers_never_pass() {
+        let mk = || {
+            let mut h = HeaderMap::new();
+            for name in [
+                "x_toolgate_agent",
+                "x-toolgate_session",
+                "x_toolgate-tool",
+                "x_api_key",
+            ] {
+                h.insert(
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    "v".parse().unwrap(),
+                );
+            }
+            h.insert("x-toolgate-task", "t".parse().unwrap());
+            h.insert("accept", "*/*".parse().unwrap());
+            h
+        };
+        let mut allowed = mk();
+        screen(&mut allowed, Underscores::Allow).unwrap();
+        let names: Vec<_> = allowed.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(allowed.contains_key("x_api_key") && allowed.contains_key("x-toolgate-task"));
+        let mut dropped = mk();
+        screen(&mut dropped, Underscores::Drop).unwrap();
+        assert_eq!(dropped.len(), 2, "only the hyphenated names stay");
+        let e = screen(&mut mk(), Underscores::Reject).unwrap_err();
+        assert!(e.contains("x_api_key"), "{e}");
+        // Nothing to screen: untouched.
+        let mut plain = HeaderMap::new();
+        plain.insert("x-toolgate-session", "s".parse().unwrap());
+        screen(&mut plain, Underscores::Reject).unwrap();
+        assert_eq!(plain.len(), 1);
+        assert!(reads_as_toolgate("x_toolgate_"));
+        assert!(!reads_as_toolgate("x_toolgat"));
+        assert!(!reads_as_toolgate("y_toolgate_agent"));
+    }
 
     #[test]
     fn backend_headers_are_cleaned_and_stamped() {

@@ -12,6 +12,7 @@ pub mod govern;
 pub mod headers;
 pub mod inline_wake;
 pub mod mcp;
+pub mod media;
 pub mod outcome;
 pub mod path_check;
 pub mod pipeline;

@@ -76,7 +76,7 @@ async fn process(
     request: Request<Incoming>,
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Reject> {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     outcome.requested(&parts);
     // Smuggling's shape (proxy::server::framing); the connection closes after the answer.
     if parts.extensions.get::<AmbiguousFraming>().is_some() {
@@ -89,12 +89,25 @@ async fn process(
     // Before anything routes on the path, MCP's branch included: a path a backend could
     // read differently from the gateway never gets a decision (proxy::path_check).
     check_path(parts.uri.path())?;
+    // A target in absolute form (`POST http://admin.internal/x`) asks a forward proxy to
+    // go elsewhere; this port is not one. HTTP/2 always names its authority, in a
+    // pseudo-header, so only HTTP/1's request line is checked.
+    if parts.version < http::Version::HTTP_2 && parts.uri.authority().is_some() {
+        return Err(Reject::new(
+            Code::MalformedRequest,
+            "the request target is an absolute URL: this port is not a forward proxy; \
+             send the path alone, with the host in Host",
+        ));
+    }
     if parts.headers.len() > gate.limits.max_headers {
         return Err(Reject::new(
             Code::HeadersTooLarge,
             format!("more than {} headers", gate.limits.max_headers),
         ));
     }
+    // Before anything reads a header: `X_Toolgate_Agent` and its kin never pass.
+    headers::screen(&mut parts.headers, gate.limits.headers_with_underscores)
+        .map_err(|m| Reject::new(Code::MalformedRequest, m))?;
     let session =
         headers::session_id(&parts.headers).map_err(|m| Reject::new(Code::MalformedRequest, m))?;
     outcome.in_session(session.as_deref());
@@ -111,7 +124,15 @@ async fn process(
     }
     if parts.uri.path() == gate.mcp_path {
         // Boxed, so the REST path's state machine doesn't carry the MCP one's size.
-        return Box::pin(mcp::handle(gate, parts, body, session, outcome)).await;
+        return Box::pin(mcp::handle(
+            gate,
+            parts,
+            body,
+            session,
+            idempotency_key,
+            outcome,
+        ))
+        .await;
     }
     rest::handle(gate, parts, body, session, idempotency_key, outcome).await
 }

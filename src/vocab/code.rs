@@ -46,6 +46,7 @@ impl Recovery {
 pub enum Code {
     MalformedRequest,
     PayloadTooLarge,
+    UnsupportedMediaType,
     HeadersTooLarge,
     Unauthenticated,
     UnknownTool,
@@ -78,9 +79,10 @@ impl Code {
         Code::ALL.into_iter().find(|code| code.as_str() == name)
     }
 
-    pub const ALL: [Code; 26] = [
+    pub const ALL: [Code; 27] = [
         Code::MalformedRequest,
         Code::PayloadTooLarge,
+        Code::UnsupportedMediaType,
         Code::HeadersTooLarge,
         Code::Unauthenticated,
         Code::UnknownTool,
@@ -111,6 +113,7 @@ impl Code {
         match self {
             Code::MalformedRequest => "MALFORMED_REQUEST",
             Code::PayloadTooLarge => "PAYLOAD_TOO_LARGE",
+            Code::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             // The 431 for too many headers needs a code of its own.
             Code::HeadersTooLarge => "HEADERS_TOO_LARGE",
             Code::Unauthenticated => "UNAUTHENTICATED",
@@ -145,6 +148,7 @@ impl Code {
         match self {
             Code::MalformedRequest => 400,
             Code::PayloadTooLarge => 413,
+            Code::UnsupportedMediaType => 415,
             Code::HeadersTooLarge => 431,
             Code::Unauthenticated => 401,
             Code::UnknownTool => 404,
@@ -180,6 +184,7 @@ impl Code {
         match self {
             Code::MalformedRequest
             | Code::PayloadTooLarge
+            | Code::UnsupportedMediaType
             | Code::HeadersTooLarge
             | Code::InvalidArguments => Recovery::FixArguments,
             Code::MissingArgument
@@ -206,6 +211,11 @@ impl Code {
                  path or framing, a key named twice in one object"
             }
             Code::PayloadTooLarge => "the body is larger than `limits.maxBodyBytes`",
+            Code::UnsupportedMediaType => {
+                "a request with a body does not declare it JSON (`Content-Type: application/json` \
+                 or `application/*+json`, UTF-8), or declares a `Content-Encoding`: the body a \
+                 backend would parse must be the one that was checked; nothing is forwarded"
+            }
             Code::HeadersTooLarge => "more than `limits.maxHeaders` request headers",
             Code::Unauthenticated => "no credential, or one that is not valid",
             Code::UnknownTool => "no contract matches the call (REST route or MCP tool name)",

@@ -373,9 +373,9 @@ fn framing() -> Vec<Case> {
         ),
         row(
             g,
-            "absolute-form target naming another host",
+            "absolute-form target naming another host (the port is no forward proxy)",
             get("http://169.254.169.254/latest/meta-data"),
-            Expect::Refused(404, "UNKNOWN_TOOL"),
+            Expect::Refused(400, MALFORMED),
         ),
         row(
             g,

@@ -18,12 +18,11 @@ use super::reply::Refusal;
 use super::Exchange;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
-use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::schema::empty_args;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::gate::Gate;
-use crate::proxy::govern::{govern, Captured, Proposal};
+use crate::proxy::govern::{govern, Captured, Proposal, Verdict};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::proxy::upstream::{self, failure_reject};
@@ -34,21 +33,16 @@ use std::time::Duration;
 /// A call the gate let through, and the message to forward.
 pub struct Permit<'s> {
     pub tool: ToolId,
-    pub contract: &'s Contract,
-    pub policy: &'s Policy,
-    /// The validated arguments (defaults filled), for session and duplicate keys.
-    pub args: Args,
-    /// A later round of a multi-round call: its `inputResponses` and `requestState`.
-    pub round: Option<Value>,
-    /// The action the contract's `dedupeKey` names.
-    pub action: Option<String>,
+    /// The gate's verdict: contract, policy, arguments and the call's one identity
+    /// ([`Verdict::call`]).
+    pub verdict: Verdict<'s>,
     pub body: Bytes,
 }
 
 /// Decides a tools/call through the governing core. `original` is the message as it
 /// arrived, forwarded unchanged unless defaults were filled into its arguments.
 pub async fn decide<'s>(
-    ex: &Exchange<'_>,
+    ex: &'s Exchange<'_>,
     snapshot: &'s Snapshot,
     message: &mut Message,
     original: Bytes,
@@ -79,6 +73,8 @@ pub async fn decide<'s>(
     let proposal = Proposal {
         tool,
         args,
+        round,
+        idempotency_key: ex.idempotency_key,
         agent: ex.agent,
         method: ex.parts.method.as_str(),
         path: ex.parts.uri.path(),
@@ -91,12 +87,11 @@ pub async fn decide<'s>(
     outcome.captured(captured);
     let verdict = verdict.map_err(Refusal::of_call)?;
     outcome.governed(&verdict);
-    let args = verdict.args;
     // The backend runs what was checked: filled defaults travel with the call.
-    let body = if args.filled {
+    let body = if verdict.args.filled {
         let mut object = message.object.clone();
         if let Some(Value::Object(params)) = object.get_mut("params") {
-            params.insert("arguments".into(), args.value().clone());
+            params.insert("arguments".into(), verdict.args.value().clone());
         }
         Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
     } else {
@@ -104,11 +99,7 @@ pub async fn decide<'s>(
     };
     Ok(Permit {
         tool,
-        contract: verdict.contract,
-        policy: verdict.policy,
-        args: args.into_args(),
-        round,
-        action: verdict.action,
+        verdict,
         body,
     })
 }

@@ -5,6 +5,11 @@
 //! number, a string method) and lenient about everything else: params are read only by
 //! the stage that needs them. An invalid element of a batch does not spoil the others;
 //! it is answered on its own with `-32600`.
+//!
+//! A message without an id is a notification only if its method is one
+//! (`notifications/…`). Any other method without an id — `tools/call`, `resources/read` —
+//! asks the server to act while escaping every answer-bearing check, so it is refused,
+//! and a batch holding one is refused whole: nothing of it is forwarded (DESIGN §14).
 
 use serde_json::{Map, Value};
 
@@ -55,6 +60,8 @@ pub struct Invalid {
     /// Its id when one could be read, else `null`.
     pub id: Value,
     pub reason: String,
+    /// A method that is not a notification sent without an id.
+    pub disguised: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -81,12 +88,29 @@ pub fn parse(bytes: &[u8]) -> Result<Body, Unreadable> {
         Value::Array(items) if items.is_empty() => Err(Unreadable::Invalid(Invalid {
             id: Value::Null,
             reason: "an empty batch is not a request".into(),
+            disguised: false,
         })),
         Value::Array(items) if items.len() > MAX_BATCH => Err(Unreadable::Invalid(Invalid {
             id: Value::Null,
             reason: format!("a batch holds at most {MAX_BATCH} messages"),
+            disguised: false,
         })),
-        Value::Array(items) => Ok(Body::Batch(items.into_iter().map(message).collect())),
+        Value::Array(items) => {
+            let items: Vec<_> = items.into_iter().map(message).collect();
+            // One element dressed as a notification spoils the batch: it would otherwise
+            // be the one part answered on its own while the rest runs.
+            match items
+                .iter()
+                .find_map(|i| i.as_ref().err().filter(|e| e.disguised))
+            {
+                Some(disguised) => Err(Unreadable::Invalid(Invalid {
+                    id: Value::Null,
+                    reason: format!("the batch was refused whole: {}", disguised.reason),
+                    disguised: true,
+                })),
+                None => Ok(Body::Batch(items)),
+            }
+        }
         other => message(other)
             .map(Body::Single)
             .map_err(Unreadable::Invalid),
@@ -99,12 +123,14 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
         return Err(Invalid {
             id: Value::Null,
             reason: "a JSON-RPC message must be an object".into(),
+            disguised: false,
         });
     };
     let id = object.get("id").cloned();
     let invalid = |reason: &str| Invalid {
         id: id.clone().filter(usable_id).unwrap_or(Value::Null),
         reason: reason.to_string(),
+        disguised: false,
     };
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(invalid("jsonrpc must be \"2.0\""));
@@ -123,7 +149,17 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
     }
     let kind = match (object.get("method"), &id) {
         (Some(Value::String(_)), Some(_)) => Kind::Request,
-        (Some(Value::String(_)), None) => Kind::Notification,
+        (Some(Value::String(method)), None) if is_notification(method) => Kind::Notification,
+        (Some(Value::String(method)), None) => {
+            return Err(Invalid {
+                id: Value::Null,
+                reason: format!(
+                    "{method:?} without an id is neither a request nor a notification (only \
+                     notifications/* methods go without an id): send it with an id"
+                ),
+                disguised: true,
+            })
+        }
         (Some(_), _) => return Err(invalid("method must be a string")),
         (None, Some(_)) if object.contains_key("result") != object.contains_key("error") => {
             Kind::Response
@@ -144,6 +180,11 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
         method,
         object,
     })
+}
+
+/// Whether a method is a notification's: the only methods that may go without an id.
+pub fn is_notification(method: &str) -> bool {
+    method.starts_with("notifications/")
 }
 
 /// MCP ids are strings or integers. A fraction, or an integer past 64 bits (which
@@ -225,11 +266,27 @@ mod tests {
         assert!(matches!(parse(b"[]"), Err(Unreadable::Invalid(_))));
         assert!(matches!(parse(b"3"), Err(Unreadable::Invalid(_))));
         let Ok(Body::Batch(items)) = parse(
-            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5, {"jsonrpc":"2.0","method":"n"}]"#,
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}, 5, {"jsonrpc":"2.0","method":"notifications/n"}]"#,
         ) else {
             panic!("a batch")
         };
         assert!(items[0].is_ok() && items[1].is_err() && items[2].is_ok());
+        // Only notifications/* go without an id; a call dressed as one spoils the batch.
+        assert!(mk(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).is_ok());
+        for method in [
+            "tools/call",
+            "resources/read",
+            "n",
+            "notifications",
+            "Notifications/x",
+        ] {
+            let e = mk(json!({"jsonrpc": "2.0", "method": method})).unwrap_err();
+            assert!(e.disguised, "{method}");
+            let batch = format!(
+                r#"[{{"jsonrpc":"2.0","id":1,"method":"ping"}},{{"jsonrpc":"2.0","method":"{method}"}}]"#
+            );
+            assert!(matches!(parse(batch.as_bytes()), Err(Unreadable::Invalid(i)) if i.disguised));
+        }
         let big = format!("[{}]", vec!["1"; MAX_BATCH + 1].join(","));
         assert!(matches!(parse(big.as_bytes()), Err(Unreadable::Invalid(_))));
     }

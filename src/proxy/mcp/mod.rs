@@ -62,6 +62,8 @@ pub struct Exchange<'a> {
     pub agent: &'a Agent,
     /// The session label (Mcp-Session-Id, else X-Toolgate-Session).
     pub session: Option<&'a str>,
+    /// The request's `Idempotency-Key`, checked once by the pipeline.
+    pub idempotency_key: Option<&'a str>,
     /// One snapshot for the whole request; `None` until policies load.
     pub snapshot: Option<Arc<Snapshot>>,
     /// The request speaks protocol 2026-07-28 or later.
@@ -74,6 +76,7 @@ pub async fn handle(
     parts: Parts,
     body: Incoming,
     session: Option<String>,
+    idempotency_key: Option<String>,
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Reject> {
     // Before anything is read or forwarded: a browser-borne request from a foreign origin.
@@ -120,6 +123,7 @@ pub async fn handle(
         parts: &parts,
         agent: &agent,
         session: session.as_deref(),
+        idempotency_key: idempotency_key.as_deref(),
         snapshot,
         modern,
         trace_id: outcome.trace_id().to_string(),
@@ -149,6 +153,14 @@ async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Respo
             )
         }
     };
+    // The message toolgate governs must be the one the server parses (proxy::media).
+    if let Err(reject) = crate::proxy::media::check_json(&ex.parts.headers) {
+        return ex.refuse(
+            outcome,
+            Refusal::error(INVALID_REQUEST, reject),
+            &Value::Null,
+        );
+    }
     let parsed = match jsonrpc::parse(&bytes) {
         Ok(parsed) => parsed,
         Err(Unreadable::NotJson(reason)) => {

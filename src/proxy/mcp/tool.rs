@@ -28,13 +28,11 @@ use super::reply::{self, Refusal};
 use super::Exchange;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
-use crate::limits::Call;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::body::{full, Body};
 use crate::proxy::exchange;
 use crate::proxy::forward::{Plan, Sent, Stopped};
-use crate::proxy::headers::idempotency_key;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::proxy::upstream::status_reject;
@@ -137,18 +135,8 @@ async fn forward_call(
         )));
     };
     let permit = call::decide(ex, &snapshot, message, original, outcome).await?;
-    let contract = permit.contract;
-    let key = idempotency_key(&ex.parts.headers)
-        .map_err(|m| Refusal::of_call(Reject::new(Code::MalformedRequest, m)))?;
-    let limited = Call::new(
-        &ex.agent.id,
-        ex.session,
-        &contract.tool,
-        &permit.args,
-        key.as_deref(),
-    )
-    .in_round(permit.round.as_ref())
-    .as_action(permit.action.as_deref());
+    let contract = permit.verdict.contract;
+    let limited = permit.verdict.call();
     let request = Outbound {
         method: Method::POST,
         tool: Some(&contract.tool),
@@ -171,8 +159,9 @@ async fn forward_call(
     let plan = Plan {
         live,
         contract,
-        policy: permit.policy,
+        policy: permit.verdict.policy,
         call: &limited,
+        joins_only: permit.verdict.joins_only,
         exchange: exchange::Exchange {
             method: Method::POST,
             path_and_query,

@@ -18,7 +18,6 @@ use http::Response;
 use hyper::body::Incoming;
 use std::sync::Arc;
 
-use crate::limits::Call;
 use crate::proxy::body::{read_body, Body};
 use crate::proxy::exchange::{send_buffered, MAX_BUFFERED_BYTES};
 use crate::proxy::forward::{forward, Plan, Sent, Stopped};
@@ -47,6 +46,10 @@ pub async fn handle(
     outcome.under_policy(Some(snapshot.version));
 
     let body = read_body(&gate.limits, &parts.headers, body).await?;
+    // The body checked as JSON must be the body the backend parses (proxy::media).
+    if !body.is_empty() {
+        crate::proxy::media::check_json(&parts.headers)?;
+    }
     // The audit digest and a session's fingerprint read every call's arguments.
     let reads_args = outcome.audited() || session.is_some();
     let call = classify(
@@ -72,6 +75,8 @@ pub async fn handle(
         Proposal {
             tool: call.tool,
             args: call.args,
+            round: None,
+            idempotency_key: idempotency_key.as_deref(),
             agent: &agent,
             method: parts.method.as_str(),
             path: parts.uri.path(),
@@ -86,14 +91,7 @@ pub async fn handle(
     let verdict = verdict?;
     outcome.governed(&verdict);
     let contract = verdict.contract;
-    let limited = Call::new(
-        &agent.id,
-        session.as_deref(),
-        &contract.tool,
-        verdict.args.args(),
-        idempotency_key.as_deref(),
-    )
-    .as_action(verdict.action.as_deref());
+    let limited = verdict.call();
     // The backend runs what was checked: filled defaults travel with the call.
     let body = if call.json_body && verdict.args.filled {
         respond::with_defaults(verdict.args.value(), &call.url_keys)
@@ -105,6 +103,7 @@ pub async fn handle(
         contract,
         policy: verdict.policy,
         call: &limited,
+        joins_only: verdict.joins_only,
         exchange,
         parent: outcome.span(),
         mcp: false,
