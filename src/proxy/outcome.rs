@@ -33,7 +33,7 @@ pub struct Outcome {
     call_id: Option<String>,
     agent: Option<String>,
     /// Who vouched for the agent id: `tokens`, `mtls` or the agent JWT's `iss`.
-    issuer: Option<String>,
+    issuer: Option<std::sync::Arc<str>>,
     session: Option<String>,
     tool: Option<String>,
     args_digest: Option<String>,
@@ -148,7 +148,7 @@ impl Outcome {
     /// The caller is known, and who vouched for it.
     pub fn identified(&mut self, agent: &crate::vocab::Agent) {
         self.agent = Some(agent.id.to_string());
-        self.issuer = Some(agent.issuer.to_string());
+        self.issuer = Some(agent.issuer.clone());
         self.span.event(attributes::IDENTIFIED, vec![]);
     }
 
@@ -399,7 +399,10 @@ impl Outcome {
         let mut attributes = vec![KeyValue::new(attributes::DECISION, self.decision.as_str())];
         let optional = [
             (attributes::AGENT_ID, self.agent.clone()),
-            (attributes::AGENT_ISSUER, self.issuer.clone()),
+            (
+                attributes::AGENT_ISSUER,
+                self.issuer.as_deref().map(str::to_string),
+            ),
             (attributes::CODE, self.code.map(|c| c.as_str().to_string())),
             (attributes::RULE, self.rule.clone()),
         ];
@@ -488,7 +491,7 @@ impl Outcome {
                 ts: now(),
                 trace_id: self.span.trace_id().to_string(),
                 agent: self.agent,
-                issuer: self.issuer,
+                issuer: self.issuer.as_deref().map(str::to_string),
                 session: self.session,
                 tool: self.tool,
                 args_digest: self.args_digest,

@@ -12,7 +12,7 @@
 
 use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Map, Value};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use crate::identity::credential::{presented, Presented};
 use crate::identity::jwt::AgentJwt;
@@ -76,6 +76,10 @@ pub fn identify(
 
 const INVALID: &str = "the credential is not valid";
 
+/// The issuers of the two sources that are not JWTs, shared rather than allocated per call.
+static TOKENS: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(TOKENS_ISSUER));
+static MTLS: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(MTLS_ISSUER));
+
 /// The agent the credential names, and whether its id is under its issuer's own prefix;
 /// `Err` with what the agent is told.
 fn credential_agent(
@@ -90,7 +94,7 @@ fn credential_agent(
     if let Some(peer) = peer {
         let agent = Agent {
             id: Arc::from(peer.agent.as_str()),
-            issuer: Arc::from(MTLS_ISSUER),
+            issuer: MTLS.clone(),
             claims: json!({"san": peer.agent}),
         };
         return Ok((agent, false));
@@ -122,7 +126,7 @@ fn credential_agent(
         Some(id) => Ok((
             Agent {
                 id,
-                issuer: Arc::from(TOKENS_ISSUER),
+                issuer: TOKENS.clone(),
                 claims: json!({}),
             },
             false,
