@@ -157,6 +157,7 @@ fn stages(c: &mut Criterion) {
         ts: now(),
         trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
         agent: Some(AGENT.into()),
+        issuer: Some("tokens".into()),
         session: Some("session-1".into()),
         tool: Some("search_logs".into()),
         args_digest: Some(args_digest(args.value())),

@@ -61,6 +61,7 @@ fn per_call(c: &mut Criterion) {
                     };
                     let agent = Agent {
                         id: format!("agent-{i}").into(),
+                        issuer: "tokens".into(),
                         claims: serde_json::json!({}),
                     };
                     (format!("/t{i}/search/orders"), format!("tool_{i}"), agent)

@@ -143,6 +143,7 @@ fn call(n: u64) -> Entry {
         // bijection and the low half is `mix(n)`.
         trace_id: format!("{:016x}{:016x}", mix(!n), mix(n)),
         agent: Some("ops-bot".into()),
+        issuer: Some("tokens".into()),
         session: Some(format!("sess-{:07}", n / SESSION_CALLS)),
         tool: Some(proposed.tool.into()),
         args_digest: Some(digest),

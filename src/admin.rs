@@ -11,9 +11,11 @@ use std::sync::Arc;
 use crate::approvals::{self, service::Approvals};
 use crate::audit::AuditLog;
 use crate::control::Control;
+use crate::identity::credential;
 use crate::proxy::body::{full, Body};
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
+use crate::vocab::{Code, Reject};
 
 pub struct Admin {
     pub control: Arc<Control>,
@@ -27,6 +29,11 @@ pub struct Admin {
 
 impl Admin {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        // As on the agent port: two credentials name no one caller, whichever a reader
+        // would take, so the request is refused before any path reads one.
+        if credential::repeated(request.headers()) {
+            return repeated_credential();
+        }
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             path if path == "/approvals" || path.starts_with("/approvals/") => {
@@ -113,6 +120,21 @@ impl Admin {
             "failure": status.failure,
         })
     }
+}
+
+/// 401 for a request with more than one `Authorization` header.
+fn repeated_credential() -> Response<Body> {
+    let reject = Reject::new(
+        Code::Unauthenticated,
+        "send one Authorization header, not several",
+    );
+    let trace_id = format!("{:032x}", rand::random::<u128>());
+    let mut response = json(StatusCode::UNAUTHORIZED, &reject.body(&trace_id));
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    response
 }
 
 fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {

@@ -16,6 +16,7 @@ use crate::config::{Settings, StateBackend};
 use crate::control::cluster::{self, Cluster};
 use crate::control::{files, Control};
 use crate::identity::jwt::AgentJwt;
+use crate::identity::namespace::Namespaces;
 use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
@@ -150,7 +151,6 @@ impl Sidecar {
             ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
             shared,
             approvals,
-            oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
             mcp_sessions: Default::default(),
             mcp_pending: Default::default(),
             stragglers: Default::default(),
@@ -253,12 +253,26 @@ fn settings_digest(settings: &Settings) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(json)))
 }
 
-/// Static tokens, agent JWT issuers and task issuers, each watched for changes.
+/// Static tokens, agent JWT issuers and task issuers, each watched for changes; the
+/// OAuth resource server and the agent id namespaces, fixed at start.
 fn load_identity(
     settings: &Settings,
     background: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<Identity> {
-    let mut identity = Identity::default();
+    // Settings built in code (not parsed) are held to the same rule: no issuer may
+    // assert another source's agents.
+    crate::config::sources::check(settings, "settings")?;
+    let mut identity = Identity {
+        oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
+        namespaces: Namespaces::new(
+            settings
+                .identity
+                .jwt
+                .iter()
+                .filter_map(|j| j.agent_prefix.as_deref()),
+        ),
+        ..Identity::default()
+    };
     if let Some(path) = &settings.identity.tokens {
         let tokens = Arc::new(
             Tokens::load(path)

@@ -203,6 +203,7 @@ fn task_tokens() -> TaskTokens {
         issuer: ORCHESTRATOR.into(),
         jwks: Path::new(ROOT).join("examples/keys/task-jwks.json"),
         audience: None,
+        require_agent: true,
     }])
     .expect("the demo orchestrator's keys")
 }
@@ -217,6 +218,7 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
     );
     let agent = Agent {
         id: Arc::from(call.agent.as_str()),
+        issuer: Arc::from("tokens"),
         claims: call.claims.clone().unwrap_or_else(|| json!({})),
     };
     let mut headers = HeaderMap::new();

@@ -206,16 +206,19 @@ async fn hostile_inputs_are_refused_and_the_sidecar_keeps_serving() {
                 // Short, so the slowloris rows take half a second each.
                 s.limits.header_read_timeout_ms = 500;
                 s.limits.body_read_timeout_ms = 500;
+                // Beside the token file, so the issuer speaks for `idp:` ids only.
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: "https://idp.example".into(),
                     audience: "toolgate".into(),
                     jwks: agent_jwks,
                     agent_claim: "sub".into(),
+                    agent_prefix: Some("idp:".into()),
                 }];
                 s.identity.task_issuers = vec![toolgate::config::TaskIssuer {
                     issuer: "orchestrator".into(),
                     jwks: task_jwks,
                     audience: None,
+                    require_agent: true,
                 }];
             }),
             ..Options::default()

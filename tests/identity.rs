@@ -39,8 +39,9 @@ fn mk_orchestrator(dir: &std::path::Path) -> (Orchestrator, std::path::PathBuf) 
     (o, path)
 }
 
+/// A task confirmed for ops-bot.
 fn task_claims(window: u64, service: &str) -> serde_json::Value {
-    json!({"iss": "orchestrator", "exp": now() + 300, "window_minutes": window, "service": service})
+    json!({"iss": "orchestrator", "exp": now() + 300, "agent": "ops-bot", "window_minutes": window, "service": service})
 }
 
 #[tokio::test]
@@ -57,6 +58,7 @@ async fn task_token_binds_arguments_to_the_confirmed_task() {
                     issuer: "orchestrator".into(),
                     jwks: jwks_path,
                     audience: None,
+                    require_agent: true,
                 }];
             }),
             ..Options::default()
@@ -169,11 +171,14 @@ async fn jwt_identity_binds_arguments_to_claims() {
         Options {
             policies: TENANT_RULES.to_string(),
             tweak: Box::new(move |s| {
+                // The identity provider is the only source of agent ids.
+                s.identity.tokens = None;
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: "https://idp.example".into(),
                     audience: "toolgate".into(),
                     jwks: jwks_path,
                     agent_claim: "sub".into(),
+                    agent_prefix: None,
                 }];
             }),
             ..Options::default()
@@ -290,4 +295,256 @@ async fn shadow_mode_records_but_forwards_only_when_the_sidecar_allows_it() {
         );
         assert_eq!(first["rule"], "short-windows");
     }
+}
+
+/// ops-bot and stranger may both read logs within a confirmed task.
+const BOUND_TASK_RULES: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools:
+    - name: read_logs
+      rules:
+        - name: within-task
+          expr: "args.service == task.service"
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: stranger}
+spec:
+  agents: [stranger]
+  tools:
+    - name: read_logs
+      rules:
+        - name: within-task
+          expr: "args.service == task.service"
+"#;
+
+/// Task issuers as a settings file lists them (built through serde, as `toolgate run`
+/// reads them).
+fn mk_task_issuers(list: serde_json::Value) -> Vec<toolgate::config::TaskIssuer> {
+    serde_json::from_value(list).expect("task issuers")
+}
+
+/// A task token from `key` (issuer `iss`) for the orders logs, with `agent` as its
+/// `agent` claim (`Value::Null`: no claim at all).
+fn mk_task(key: &SigningKey, iss: &str, agent: serde_json::Value) -> String {
+    let mut claims = json!({"iss": iss, "exp": now() + 300, "service": "orders"});
+    if !agent.is_null() {
+        claims["agent"] = agent;
+    }
+    key.sign(&claims)
+}
+
+async fn read_in_task(h: &Harness, token: &str, task: &str) -> Reply {
+    h.call(
+        "GET",
+        "/logs/orders",
+        Some(token),
+        &[("x-toolgate-task", task)],
+        "",
+    )
+    .await
+}
+
+/// A task token serves exactly the agents its `agent` claim names (a string or an array
+/// of strings): any other agent presenting it, and a token that names no agent or whose
+/// claim holds anything but strings, is no task.
+#[tokio::test]
+async fn task_tokens_serve_only_the_agents_they_name() {
+    let keys_dir = tempfile::tempdir().unwrap();
+    let orchestrator = SigningKey::ec("o-ec");
+    let jwks_path = keys_dir.path().join("task-jwks.json");
+    std::fs::write(&jwks_path, jwks(&[&orchestrator])).unwrap();
+    let backend = Backend::example().await;
+    let issuers = mk_task_issuers(json!([{"issuer": "orchestrator", "jwks": jwks_path}]));
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: format!("{CONTRACTS}---{BOUND_TASK_RULES}"),
+            tweak: Box::new(move |s| s.identity.task_issuers = issuers),
+            ..Options::default()
+        },
+    )
+    .await;
+    let task = |agent: serde_json::Value| mk_task(&orchestrator, "orchestrator", agent);
+    let cases = [
+        (OPS_TOKEN, json!("ops-bot"), 200),
+        (STRANGER_TOKEN, json!("ops-bot"), 403),
+        (OPS_TOKEN, json!(["other-bot", "ops-bot"]), 200),
+        (STRANGER_TOKEN, json!(["other-bot", "ops-bot"]), 403),
+        (OPS_TOKEN, json!(["other-bot"]), 403),
+        (OPS_TOKEN, json!([]), 403),
+        (OPS_TOKEN, json!("OPS-BOT"), 403),
+        (OPS_TOKEN, json!(["ops-bot "]), 403),
+        // Junk in the claim binds to no one, even beside the caller's id.
+        (OPS_TOKEN, json!(["ops-bot", 7]), 403),
+        (OPS_TOKEN, json!(["ops-bot", ["ops-bot"]]), 403),
+        (OPS_TOKEN, json!({"id": "ops-bot"}), 403),
+        (OPS_TOKEN, json!(true), 403),
+        // No agent claim: the token is anyone's, so it is no one's.
+        (OPS_TOKEN, serde_json::Value::Null, 403),
+        (STRANGER_TOKEN, serde_json::Value::Null, 403),
+    ];
+    let mut allowed = 0;
+    for (token, agent, want) in cases {
+        let r = read_in_task(&h, token, &task(agent.clone())).await;
+        if want == 200 {
+            assert_eq!(r.status, 200, "{token} {agent}: {}", r.text);
+            allowed += 1;
+        } else {
+            r.assert_refused("OUT_OF_TASK_SCOPE", 403);
+        }
+    }
+    // An explicit `"agent": null` is a claim of the wrong shape, not an absent one.
+    let null_agent = orchestrator.sign(
+        &json!({"iss": "orchestrator", "exp": now() + 300, "service": "orders", "agent": null}),
+    );
+    read_in_task(&h, OPS_TOKEN, &null_agent)
+        .await
+        .assert_refused("OUT_OF_TASK_SCOPE", 403);
+    // Verified once (and cached) for its agent, the token still serves no other.
+    let ops_task = task(json!("ops-bot"));
+    assert_eq!(read_in_task(&h, OPS_TOKEN, &ops_task).await.status, 200);
+    read_in_task(&h, STRANGER_TOKEN, &ops_task)
+        .await
+        .assert_refused("OUT_OF_TASK_SCOPE", 403);
+    // A task for both serves both.
+    let shared = task(json!(["stranger", "ops-bot"]));
+    for token in [OPS_TOKEN, STRANGER_TOKEN, OPS_TOKEN] {
+        let r = read_in_task(&h, token, &shared).await;
+        assert_eq!(r.status, 200, "{token}: {}", r.text);
+    }
+    assert_eq!(
+        backend.count(),
+        allowed + 4,
+        "refused calls never reach the backend"
+    );
+    h.stop().await;
+}
+
+/// `requireAgent: false` lets one issuer's tokens without an `agent` claim serve any
+/// agent; a claim that is there still binds, and other issuers keep the rule.
+#[tokio::test]
+async fn an_issuer_may_waive_the_agent_claim_for_its_own_tokens() {
+    let keys_dir = tempfile::tempdir().unwrap();
+    let orchestrator = SigningKey::ec("o-ec");
+    let scheduler = SigningKey::ec("s-ec");
+    let (o_jwks, s_jwks) = (
+        keys_dir.path().join("o.json"),
+        keys_dir.path().join("s.json"),
+    );
+    std::fs::write(&o_jwks, jwks(&[&orchestrator])).unwrap();
+    std::fs::write(&s_jwks, jwks(&[&scheduler])).unwrap();
+    let backend = Backend::example().await;
+    let issuers = mk_task_issuers(json!([
+        {"issuer": "orchestrator", "jwks": o_jwks},
+        {"issuer": "batch-scheduler", "jwks": s_jwks, "requireAgent": false},
+    ]));
+    assert!(issuers[0].require_agent, "the default");
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: format!("{CONTRACTS}---{BOUND_TASK_RULES}"),
+            tweak: Box::new(move |s| s.identity.task_issuers = issuers),
+            ..Options::default()
+        },
+    )
+    .await;
+    let unbound = mk_task(&scheduler, "batch-scheduler", serde_json::Value::Null);
+    for token in [OPS_TOKEN, STRANGER_TOKEN] {
+        let r = read_in_task(&h, token, &unbound).await;
+        assert_eq!(r.status, 200, "{token}: {}", r.text);
+    }
+    for task in [
+        mk_task(&scheduler, "batch-scheduler", json!("other-bot")),
+        mk_task(&scheduler, "batch-scheduler", json!(["ops-bot", 1])),
+        mk_task(&orchestrator, "orchestrator", serde_json::Value::Null),
+    ] {
+        read_in_task(&h, OPS_TOKEN, &task)
+            .await
+            .assert_refused("OUT_OF_TASK_SCOPE", 403);
+    }
+    assert_eq!(backend.count(), 2);
+    h.stop().await;
+}
+
+/// The admin listener, like the agent port, refuses a request with two `Authorization`
+/// headers: the approval API would otherwise take the first, and something in front of
+/// or behind it the last.
+#[tokio::test]
+async fn two_authorization_headers_are_refused_on_both_listeners() {
+    const ALICE: &str = "alice-approver-token";
+    let files = tempfile::tempdir().unwrap();
+    let approvers = files.path().join("approvers.yaml");
+    std::fs::write(
+        &approvers,
+        format!(
+            "alice: {{sha256: {}, groups: [finance-leads]}}\n",
+            toolgate::identity::tokens::digest_hex(ALICE)
+        ),
+    )
+    .unwrap();
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.approvals.approvers.tokens = Some(approvers)),
+            ..Options::default()
+        },
+    )
+    .await;
+    let admin = |path: &str, values: &[&str]| {
+        let mut request = http::Request::get(format!("{}{path}", h.admin()));
+        for value in values {
+            request = request.header("authorization", *value);
+        }
+        let request = request
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap();
+        let client = h.client.clone();
+        async move { Reply::read(client.request(request).await.unwrap()).await }
+    };
+    let alice = format!("Bearer {ALICE}");
+    assert_eq!(admin("/approvals", &[&alice]).await.status, 200);
+    let lower = format!("bearer {ALICE}");
+    assert_eq!(admin("/approvals", &[&lower]).await.status, 200);
+    for values in [
+        [alice.as_str(), alice.as_str()],
+        [alice.as_str(), "Bearer junk"],
+        ["Bearer junk", alice.as_str()],
+        [alice.as_str(), "Basic YWxpY2U6eA=="],
+    ] {
+        for path in ["/approvals", "/approvals/apr-1", "/metrics", "/config"] {
+            let r = admin(path, &values).await;
+            assert_eq!(r.status, 401, "{path} {values:?}: {}", r.text);
+            assert_eq!(r.code(), "UNAUTHENTICATED", "{path}: {}", r.text);
+            assert_eq!(r.header("www-authenticate"), "Bearer", "{path}");
+        }
+    }
+    // The agent port: two credentials, even the same one twice, name no one.
+    let ops = format!("Bearer {OPS_TOKEN}");
+    let r = h
+        .call(
+            "GET",
+            "/logs/orders",
+            Some(OPS_TOKEN),
+            &[("authorization", &ops)],
+            "",
+        )
+        .await;
+    r.assert_refused("UNAUTHENTICATED", 401);
+    assert!(r.json["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("one Authorization header"));
+    assert!(
+        r.header("www-authenticate").starts_with("Bearer"),
+        "{:?}",
+        r.headers
+    );
+    assert_eq!(backend.count(), 0);
+    h.stop().await;
 }

@@ -115,11 +115,14 @@ async fn an_sdk_client_given_only_the_url_authorizes_and_calls_a_tool() {
             policies: POLICIES.into(),
             tweak: Box::new(move |s| {
                 s.listen = format!("127.0.0.1:{port}").parse().unwrap();
+                // The authorization server is the only source of agent ids.
+                s.identity.tokens = None;
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: issuer.clone(),
                     audience: res.clone(),
                     jwks,
                     agent_claim: "sub".into(),
+                    agent_prefix: None,
                 }];
                 s.identity.oauth = Some(toolgate::config::OAuth {
                     resource: res,

@@ -1013,11 +1013,14 @@ async fn the_mcp_endpoint_is_an_oauth_resource_server() {
         Options {
             policies: POLICIES.into(),
             tweak: Box::new(move |s| {
+                // The authorization server is the only source of agent ids.
+                s.identity.tokens = None;
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: "https://auth.example.com".into(),
                     audience: RESOURCE.into(),
                     jwks: jwks_path,
                     agent_claim: "sub".into(),
+                    agent_prefix: None,
                 }];
                 s.identity.oauth = Some(toolgate::config::OAuth {
                     resource: RESOURCE.into(),

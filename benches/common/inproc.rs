@@ -54,6 +54,7 @@ pub async fn sidecar(upstream: SocketAddr, policies: &str, audit: &str) -> Sidec
         issuer: "orchestrator".into(),
         jwks: format!("{ROOT}/examples/keys/task-jwks.json").into(),
         audience: None,
+        require_agent: true,
     }];
     settings.audit.path = audit.into();
     let sidecar = Sidecar::start(settings).await.unwrap();

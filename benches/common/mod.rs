@@ -57,12 +57,14 @@ pub fn identity() -> Identity {
         issuer: "orchestrator".into(),
         audience: None,
         jwks: format!("{ROOT}/examples/keys/task-jwks.json").into(),
+        require_agent: true,
     }])
     .expect("task issuer");
     Identity {
         tokens: Some(Arc::new(Tokens::new(table))),
         jwt: None,
         tasks: Some(tasks),
+        ..Identity::default()
     }
 }
 

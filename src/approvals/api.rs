@@ -11,7 +11,7 @@
 //! Errors use the error body of docs/errors.md: unknown id `404`, an approver outside
 //! the approval's groups `403`, an approval no longer pending `409`, a bad body `400`.
 
-use http::{header, Method, Request, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use super::approvers::Approver;
 use super::service::Approvals;
 use super::{now_ms, DecideError, Decision, Status, MAX_REASON};
+use crate::identity::credential::{self, Presented};
 use crate::vocab::{Code, Reject};
 
 /// The largest request body the API reads.
@@ -83,12 +84,11 @@ async fn route(approvals: &Approvals, request: Request<Incoming>) -> Result<Valu
 }
 
 fn authenticate(approvals: &Approvals, request: &Request<Incoming>) -> Result<Approver, Reject> {
-    let token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+    // One reading of the credential for every listener (a repeated header is none).
+    let token = match credential::presented(request.headers()) {
+        Presented::Bearer(token) => Some(token),
+        _ => None,
+    };
     token
         .and_then(|t| approvals.approvers.verify(t))
         .ok_or_else(|| {

@@ -22,6 +22,8 @@ pub struct Entry {
     pub ts: String,
     pub trace_id: String,
     pub agent: Option<String>,
+    /// Who vouched for `agent`: `tokens`, `mtls` or the agent JWT's `iss`.
+    pub issuer: Option<String>,
     pub session: Option<String>,
     pub tool: Option<String>,
     pub args_digest: Option<String>,
@@ -159,6 +161,8 @@ struct Line<'a, T: Serialize> {
 struct Call<'a> {
     trace_id: &'a str,
     agent: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    issuer: &'a Option<String>,
     session: &'a Option<String>,
     tool: &'a Option<String>,
     args_digest: &'a Option<String>,
@@ -185,6 +189,7 @@ impl<'a> Call<'a> {
         Call {
             trace_id: &entry.trace_id,
             agent: &entry.agent,
+            issuer: &entry.issuer,
             session: &entry.session,
             tool: &entry.tool,
             args_digest: &entry.args_digest,

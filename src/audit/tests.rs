@@ -14,6 +14,7 @@ fn mk_entry(n: u64) -> Entry {
         ts: now(),
         trace_id: format!("{n:032x}"),
         agent: Some("ops-bot".into()),
+        issuer: Some("tokens".into()),
         session: None,
         tool: Some("read_logs".into()),
         args_digest: Some(args_digest(&serde_json::json!({"n": n}))),

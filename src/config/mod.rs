@@ -6,6 +6,7 @@
 
 pub mod env;
 pub mod file;
+pub mod sources;
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -243,6 +244,11 @@ pub struct JwtIssuer {
     /// The claim that names the agent.
     #[serde(default = "sub")]
     pub agent_claim: String,
+    /// Put in front of the claim to make the agent id (`partner:` + `ops-bot`), so this
+    /// issuer speaks only for its own agents. Required for every issuer after the first
+    /// agent identity source (`config::sources`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_prefix: Option<String>,
 }
 
 fn sub() -> String {
@@ -256,6 +262,14 @@ pub struct TaskIssuer {
     pub jwks: PathBuf,
     #[serde(default)]
     pub audience: Option<String>,
+    /// A token without an `agent` claim is no task (`OUT_OF_TASK_SCOPE` for rules that
+    /// read `task`). `false` lets such a token serve any agent that presents it.
+    #[serde(default = "yes")]
+    pub require_agent: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -508,6 +522,7 @@ impl Settings {
         let settings: Settings = file::parse(origin, text, vars, env::apply)?;
         settings.limits.check(origin)?;
         settings.identity.check(origin)?;
+        sources::check(&settings, origin)?;
         settings.state.redis.check(origin)?;
         settings.telemetry.check(origin)?;
         settings.check_approvers(origin)?;
@@ -709,7 +724,7 @@ policies:
   kubernetes: {enabled: false, namespace: default, podLabelsFile: /etc/podinfo/labels}
 identity:
   tokens: /etc/toolgate/tokens.yaml
-  jwt: [{issuer: a, audience: b, jwks: /etc/toolgate/jwks.json}]
+  jwt: [{issuer: a, audience: b, jwks: /etc/toolgate/jwks.json, agentPrefix: "a:"}]
   taskIssuers: [{issuer: orchestrator, jwks: /etc/toolgate/task-jwks.json}]
 tls: {cert: c, key: k, clientCa: ca}
 telemetry: {otlpEndpoint: "http://jaeger-collector:4317", otlpProtocol: grpc, serviceName: orders}
@@ -719,5 +734,7 @@ limits: {maxBodyBytes: 1048576, headerReadTimeoutMs: 5000, maxHeaders: 100}
         let s = Settings::parse("t", text, none()).unwrap();
         assert_eq!(s.telemetry.service_name, "orders");
         assert_eq!(s.identity.jwt[0].agent_claim, "sub");
+        assert_eq!(s.identity.jwt[0].agent_prefix.as_deref(), Some("a:"));
+        assert!(s.identity.task_issuers[0].require_agent);
     }
 }

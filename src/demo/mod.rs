@@ -266,6 +266,7 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
                 issuer: "orchestrator".into(),
                 jwks: task_jwks,
                 audience: None,
+                require_agent: true,
             }],
             ..defaults.identity.clone()
         },

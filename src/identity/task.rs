@@ -3,8 +3,11 @@
 //! user actually asked for.
 //!
 //! A missing, invalid or foreign token is simply no task: rules that read `task` then
-//! deny with `OUT_OF_TASK_SCOPE`. A token that names an agent (`agent` claim) is valid
-//! only for that agent, so one agent can't borrow another's task.
+//! deny with `OUT_OF_TASK_SCOPE`. A task token names the agents it was issued to: its
+//! `agent` claim, a string or an array of strings, must contain the caller's agent id,
+//! so one agent can't borrow another's task. A token without `agent` is no task either,
+//! unless its issuer sets `requireAgent: false`; an `agent` claim of any other shape (a
+//! number, an array holding anything but strings) binds to no one.
 
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -13,25 +16,50 @@ use super::jwks::{peek_issuer, Issuer};
 use super::verified::Verified;
 use crate::config::TaskIssuer;
 
+/// One orchestrator trusted to sign task tokens.
+struct Orchestrator {
+    issuer: Arc<Issuer>,
+    /// A token without an `agent` claim is no task (`requireAgent`, default true).
+    require_agent: bool,
+}
+
 pub struct TaskTokens {
-    issuers: Vec<Arc<Issuer>>,
+    orchestrators: Vec<Orchestrator>,
     verified: Verified,
+}
+
+/// What a verified token's `agent` claim says about the caller.
+#[derive(Debug, PartialEq, Eq)]
+enum Binding {
+    /// The claim names the caller.
+    Caller,
+    /// There is no `agent` claim.
+    Unbound,
+    /// The claim names others only.
+    Others,
+    /// The claim is neither a string nor an array of strings.
+    Malformed,
 }
 
 impl TaskTokens {
     pub fn load(config: &[TaskIssuer]) -> Result<TaskTokens, String> {
-        let issuers = config
+        let orchestrators = config
             .iter()
-            .map(|c| Issuer::load(&c.issuer, c.audience.as_deref(), &c.jwks).map(Arc::new))
+            .map(|c| {
+                Ok(Orchestrator {
+                    issuer: Arc::new(Issuer::load(&c.issuer, c.audience.as_deref(), &c.jwks)?),
+                    require_agent: c.require_agent,
+                })
+            })
             .collect::<Result<Vec<_>, String>>()?;
         Ok(TaskTokens {
-            issuers,
+            orchestrators,
             verified: Verified::default(),
         })
     }
 
     pub fn issuers(&self) -> impl Iterator<Item = &Arc<Issuer>> {
-        self.issuers.iter()
+        self.orchestrators.iter().map(|o| &o.issuer)
     }
 
     /// The task's claims, if `token` is a valid task token for `agent`.
@@ -42,9 +70,16 @@ impl TaskTokens {
             Some(claims) => claims,
             None => self.verify(token, agent)?,
         };
-        if let Some(bound) = claims.get("agent").and_then(Value::as_str) {
-            if bound != agent {
-                tracing::info!(agent, bound, "task token belongs to another agent");
+        // Verified claims always carry the `iss` they were verified for.
+        let orchestrator = self
+            .orchestrators
+            .iter()
+            .find(|o| claims.get("iss").and_then(Value::as_str) == Some(&o.issuer.issuer))?;
+        match binding(&claims, agent) {
+            Binding::Caller => {}
+            Binding::Unbound if !orchestrator.require_agent => {}
+            refused => {
+                tracing::info!(agent, binding = ?refused, "task token not bound to this agent");
                 return None;
             }
         }
@@ -53,13 +88,83 @@ impl TaskTokens {
 
     fn verify(&self, token: &str, agent: &str) -> Option<Arc<Map<String, Value>>> {
         let iss = peek_issuer(token)?;
-        let issuer = self.issuers.iter().find(|i| i.issuer == iss)?;
-        match self.verified.get_or_verify(token, || issuer.verify(token)) {
+        let orchestrator = self.orchestrators.iter().find(|o| o.issuer.issuer == iss)?;
+        match self
+            .verified
+            .get_or_verify(token, || orchestrator.issuer.verify(token))
+        {
             Ok(claims) => Some(claims),
             Err(error) => {
                 tracing::info!(%error, agent, "task token rejected");
                 None
             }
         }
+    }
+}
+
+/// Whether the token's `agent` claim names `agent`.
+fn binding(claims: &Map<String, Value>, agent: &str) -> Binding {
+    match claims.get("agent") {
+        None => Binding::Unbound,
+        Some(Value::String(named)) if named == agent => Binding::Caller,
+        Some(Value::String(_)) => Binding::Others,
+        Some(Value::Array(named)) => {
+            // All strings, or the claim is not one this rule can read: a list with junk
+            // in it might mean something else to whoever wrote it.
+            let mut names = Vec::with_capacity(named.len());
+            for value in named {
+                match value.as_str() {
+                    Some(name) => names.push(name),
+                    None => return Binding::Malformed,
+                }
+            }
+            if names.contains(&agent) {
+                Binding::Caller
+            } else {
+                Binding::Others
+            }
+        }
+        Some(_) => Binding::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mk_claims(agent: Value) -> Map<String, Value> {
+        let mut claims = json!({"iss": "orchestrator", "exp": 1});
+        if !agent.is_null() {
+            claims["agent"] = agent;
+        }
+        claims.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn the_agent_claim_must_name_the_caller() {
+        let cases = [
+            (json!("ops-bot"), Binding::Caller),
+            (json!("other-bot"), Binding::Others),
+            (json!("Ops-Bot"), Binding::Others),
+            (json!(["other-bot", "ops-bot"]), Binding::Caller),
+            (json!(["other-bot"]), Binding::Others),
+            (json!([]), Binding::Others),
+            (json!(null), Binding::Unbound),
+            (json!(["ops-bot", 7]), Binding::Malformed),
+            (json!(["ops-bot", ["ops-bot"]]), Binding::Malformed),
+            (json!({"id": "ops-bot"}), Binding::Malformed),
+            (json!(true), Binding::Malformed),
+        ];
+        for (agent, want) in cases {
+            assert_eq!(
+                binding(&mk_claims(agent.clone()), "ops-bot"),
+                want,
+                "{agent}"
+            );
+        }
+        let mut explicit_null = mk_claims(json!(null));
+        explicit_null.insert("agent".into(), Value::Null);
+        assert_eq!(binding(&explicit_null, "ops-bot"), Binding::Malformed);
     }
 }

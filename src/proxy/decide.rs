@@ -248,6 +248,7 @@ spec:
         );
         let agent = Agent {
             id: Arc::from("ops-bot"),
+            issuer: Arc::from("tokens"),
             claims: json!({}),
         };
         let view = RequestView {

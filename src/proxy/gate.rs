@@ -23,8 +23,6 @@ pub struct Gate {
     pub mcp_path: String,
     /// `mcp.allowedOrigins` / `mcp.allowedHosts`, checked before any MCP request is read.
     pub mcp_origins: crate::proxy::mcp::origin::Guard,
-    /// `identity.oauth`: the MCP endpoint as an OAuth resource server.
-    pub oauth: Option<crate::proxy::mcp::oauth::ResourceServer>,
     /// Rate-limit, session and dedupe state: outlives snapshots, bounded (`limits`).
     pub ledger: Ledger,
     /// `state.backend: redis`: limits, claims and MCP session owners shared by every

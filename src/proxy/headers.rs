@@ -204,17 +204,6 @@ fn single<'h>(
     }
 }
 
-/// The bearer token of `Authorization`, if any: none when the header is repeated, as
-/// two credentials name no one caller.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = single(headers, "authorization").ok()??.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,17 +307,5 @@ mod tests {
         h.insert(IDEMPOTENCY_KEY, "k-1".parse().unwrap());
         h.append(IDEMPOTENCY_KEY, "k-2".parse().unwrap());
         assert!(idempotency_key(&h).is_err());
-    }
-
-    #[test]
-    fn bearer_is_parsed_case_insensitively() {
-        let mut h = HeaderMap::new();
-        h.insert("authorization", "bearer abc".parse().unwrap());
-        assert_eq!(bearer(&h), Some("abc"));
-        h.insert("authorization", "Basic abc".parse().unwrap());
-        assert_eq!(bearer(&h), None);
-        h.insert("authorization", "Bearer abc".parse().unwrap());
-        h.append("authorization", "Bearer def".parse().unwrap());
-        assert_eq!(bearer(&h), None, "two credentials name no one");
     }
 }

@@ -32,6 +32,8 @@ pub struct Outcome {
     mcp_method: Option<String>,
     call_id: Option<String>,
     agent: Option<String>,
+    /// Who vouched for the agent id: `tokens`, `mtls` or the agent JWT's `iss`.
+    issuer: Option<std::sync::Arc<str>>,
     session: Option<String>,
     tool: Option<String>,
     args_digest: Option<String>,
@@ -83,6 +85,7 @@ impl Outcome {
             mcp_method: None,
             call_id: None,
             agent: None,
+            issuer: None,
             session: None,
             tool: None,
             args_digest: None,
@@ -142,9 +145,10 @@ impl Outcome {
         self.policy_version = version;
     }
 
-    /// The caller is known.
-    pub fn identified(&mut self, agent: &str) {
-        self.agent = Some(agent.to_string());
+    /// The caller is known, and who vouched for it.
+    pub fn identified(&mut self, agent: &crate::vocab::Agent) {
+        self.agent = Some(agent.id.to_string());
+        self.issuer = Some(agent.issuer.clone());
         self.span.event(attributes::IDENTIFIED, vec![]);
     }
 
@@ -291,6 +295,7 @@ impl Outcome {
         // A streamed answer's head is a 200.
         copy.status = Some(http::StatusCode::OK.as_u16());
         copy.agent = self.agent.clone();
+        copy.issuer = self.issuer.clone();
         copy.session = self.session.clone();
         copy.tool = self.tool.clone();
         copy.args_digest = self.args_digest.clone();
@@ -394,6 +399,10 @@ impl Outcome {
         let mut attributes = vec![KeyValue::new(attributes::DECISION, self.decision.as_str())];
         let optional = [
             (attributes::AGENT_ID, self.agent.clone()),
+            (
+                attributes::AGENT_ISSUER,
+                self.issuer.as_deref().map(str::to_string),
+            ),
             (attributes::CODE, self.code.map(|c| c.as_str().to_string())),
             (attributes::RULE, self.rule.clone()),
         ];
@@ -482,6 +491,7 @@ impl Outcome {
                 ts: now(),
                 trace_id: self.span.trace_id().to_string(),
                 agent: self.agent,
+                issuer: self.issuer.as_deref().map(str::to_string),
                 session: self.session,
                 tool: self.tool,
                 args_digest: self.args_digest,

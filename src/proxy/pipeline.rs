@@ -115,6 +115,7 @@ async fn process(
         .map_err(|m| Reject::new(Code::MalformedRequest, m))?;
     // The MCP endpoint's OAuth metadata (RFC 9728) is public: no credential, no call.
     if let Some(metadata) = gate
+        .identity
         .oauth
         .as_ref()
         .and_then(|rs| rs.metadata(&parts.method, parts.uri.path()))

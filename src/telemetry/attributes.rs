@@ -4,6 +4,7 @@
 
 pub const DECISION: &str = "toolgate.decision";
 pub const AGENT_ID: &str = "toolgate.agent.id";
+pub const AGENT_ISSUER: &str = "toolgate.agent.issuer";
 pub const CODE: &str = "toolgate.code";
 pub const RULE: &str = "toolgate.rule";
 pub const POLICY_VERSION: &str = "toolgate.policy.version";
@@ -12,9 +13,10 @@ pub const STATE: &str = "toolgate.state";
 pub const APPROVAL_ID: &str = "toolgate.approval.id";
 
 /// Every `toolgate.*` attribute.
-pub const ATTRIBUTES: [&str; 8] = [
+pub const ATTRIBUTES: [&str; 9] = [
     DECISION,
     AGENT_ID,
+    AGENT_ISSUER,
     CODE,
     RULE,
     POLICY_VERSION,

@@ -88,34 +88,22 @@ pub async fn handle(
         parts.extensions.get::<crate::tls::PeerIdentity>(),
     ) {
         Ok(agent) => agent,
-        Err(reject) => {
-            // HTTP 401, with a JSON-RPC error body the SDKs surface (see reply), and
-            // with OAuth, the challenge that says where to get a token.
-            outcome.refused(&reject);
-            let mut response =
-                Refusal::of_call(reject).response(&Value::Null, outcome.trace_id(), modern);
-            if let Some(rs) = &gate.oauth {
-                let challenge = rs.challenge(&parts.headers);
-                response
-                    .headers_mut()
-                    .insert(http::header::WWW_AUTHENTICATE, challenge);
-            }
+        Err(refused) => {
+            // HTTP 401 (403 for a missing scope), with a JSON-RPC error body the SDKs
+            // surface (see reply), and the challenge that says what to send.
+            outcome.refused(&refused.reject);
+            let mut response = Refusal::error(reply::UNAUTHENTICATED, refused.reject).response(
+                &Value::Null,
+                outcome.trace_id(),
+                modern,
+            );
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, refused.challenge);
             return Ok(response);
         }
     };
-    if let Some((reject, challenge)) = gate.oauth.as_ref().and_then(|rs| rs.insufficient(&agent)) {
-        outcome.refused(&reject);
-        let mut response = Refusal::error(reply::UNAUTHENTICATED, reject).response(
-            &Value::Null,
-            outcome.trace_id(),
-            modern,
-        );
-        response
-            .headers_mut()
-            .insert(http::header::WWW_AUTHENTICATE, challenge);
-        return Ok(response);
-    }
-    outcome.identified(&agent.id);
+    outcome.identified(&agent);
     let snapshot = gate.snapshots.load();
     outcome.under_policy(snapshot.as_ref().map(|s| s.version));
     let ex = Exchange {
@@ -313,7 +301,7 @@ impl Exchange<'_> {
             self.gate.audit.is_on(),
         );
         outcome.requested(self.parts);
-        outcome.identified(&self.agent.id);
+        outcome.identified(self.agent);
         outcome.in_session(self.session);
         outcome.under_policy(self.snapshot.as_ref().map(|s| s.version));
         outcome

@@ -24,6 +24,7 @@ use crate::proxy::forward::{forward, Plan, Sent, Stopped};
 use crate::proxy::gate::Gate;
 use crate::proxy::govern::{govern, Captured, Proposal};
 use crate::proxy::outcome::Outcome;
+use crate::proxy::render::into_response;
 use crate::proxy::stage::identify::identify;
 use crate::tls::PeerIdentity;
 use crate::vocab::{Code, Reject};
@@ -61,12 +62,22 @@ pub async fn handle(
         reads_args,
     )?;
     outcome.proposed(snapshot.contract(call.tool), &call.args);
-    let agent = identify(
+    let agent = match identify(
         &gate.identity,
         &parts.headers,
         parts.extensions.get::<PeerIdentity>(),
-    )?;
-    outcome.identified(&agent.id);
+    ) {
+        Ok(agent) => agent,
+        Err(refused) => {
+            outcome.refused(&refused.reject);
+            let mut response = into_response(&refused.reject, outcome.trace_id());
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, refused.challenge);
+            return Ok(response);
+        }
+    };
+    outcome.identified(&agent);
     let trace_id = outcome.trace_id().to_string();
     let mut captured = Captured::default();
     let verdict = govern(
