@@ -262,6 +262,16 @@ fn load_identity(
     // Settings built in code (not parsed) are held to the same rule: no issuer may
     // assert another source's agents.
     crate::config::sources::check(settings, "settings")?;
+    let other_sources = settings.identity.tokens.is_some()
+        || settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if let Some(first) = settings
+        .identity
+        .jwt
+        .first()
+        .filter(|j| other_sources && j.agent_prefix.is_none())
+    {
+        tracing::warn!(issuer = %first.issuer, "identity.jwt[0] has no agentPrefix beside the token file or client certificates: it can't name a token-file agent, but could name a client certificate's id; set agentPrefix to keep the sources apart");
+    }
     let mut identity = Identity {
         oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
         namespaces: Namespaces::new(

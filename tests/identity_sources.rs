@@ -229,23 +229,22 @@ async fn an_unprefixed_first_issuer_cannot_name_a_prefixed_agent() {
     h.stop().await;
 }
 
-/// More than one source with an issuer that has no prefix is a settings error that says
-/// what to do: from a settings file, from `toolgate run`, and from settings built in
-/// code.
+/// A second issuer without a prefix is a settings error that says what to do: from a
+/// settings file, from `toolgate run`, and from settings built in code.
 #[tokio::test]
-async fn an_issuer_without_a_prefix_beside_another_source_does_not_start() {
+async fn a_second_issuer_without_a_prefix_does_not_start() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("toolgate.yaml");
     std::fs::write(
         &file,
-        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nidentity:\n  tokens: /etc/toolgate/tokens.yaml\n  jwt: [{issuer: https://idp.example, audience: toolgate, jwks: /etc/toolgate/jwks.json}]\n",
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nidentity:\n  tokens: /etc/toolgate/tokens.yaml\n  jwt: [{issuer: https://idp.example, audience: toolgate, jwks: /etc/toolgate/jwks.json}, {issuer: https://partner.example, audience: toolgate, jwks: /etc/toolgate/partner.json}]\n",
     )
     .unwrap();
     let err = toolgate::config::Settings::load(Some(&file), Vec::new())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("identity.jwt[0].agentPrefix"), "{err}");
-    assert!(err.contains("the token file, 1 JWT issuer"), "{err}");
+    assert!(err.contains("identity.jwt[1].agentPrefix"), "{err}");
+    assert!(err.contains("the token file, 2 JWT issuers"), "{err}");
     assert!(err.contains("Set e.g. agentPrefix"), "{err}");
 
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
@@ -271,9 +270,10 @@ async fn an_issuer_without_a_prefix_beside_another_source_does_not_start() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert!(!status.success());
-    assert!(stderr.contains("identity.jwt[0].agentPrefix"), "{stderr}");
+    assert!(stderr.contains("identity.jwt[1].agentPrefix"), "{stderr}");
 
     let (_, jwks_path) = mk_idp(dir.path(), "idp-1");
+    let (_, partner_path) = mk_idp(dir.path(), "partner-1");
     let mut settings = toolgate::config::Settings {
         listen: "127.0.0.1:0".parse().unwrap(),
         admin: "127.0.0.1:0".parse().unwrap(),
@@ -282,11 +282,49 @@ async fn an_issuer_without_a_prefix_beside_another_source_does_not_start() {
     settings.policies.files = vec![dir.path().to_path_buf()];
     settings.audit.path = dir.path().join("audit.log").to_string_lossy().into_owned();
     settings.identity.tokens = Some(mk_tokens(dir.path()));
-    settings.identity.jwt =
-        mk_issuers(json!([{"issuer": IDP, "audience": "toolgate", "jwks": jwks_path}]));
+    settings.identity.jwt = mk_issuers(json!([
+        {"issuer": IDP, "audience": "toolgate", "jwks": jwks_path},
+        {"issuer": PARTNER, "audience": "toolgate", "jwks": partner_path},
+    ]));
     let started = toolgate::sidecar::Sidecar::start(settings).await;
     let err = format!("{:#}", started.err().expect("refused"));
-    assert!(err.contains("identity.jwt[0].agentPrefix"), "{err}");
+    assert!(err.contains("identity.jwt[1].agentPrefix"), "{err}");
+}
+
+/// The first issuer may keep bare ids beside the token file (one identity provider and a
+/// few static tokens), but an id the token file names stays the token file's: the
+/// provider signing `sub: ops-bot` is refused, its own agents pass.
+#[tokio::test]
+async fn a_bare_first_issuer_cannot_name_a_token_file_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (idp, idp_jwks) = mk_idp(dir.path(), "idp-1");
+    let issuers = mk_issuers(json!([{"issuer": IDP, "audience": "toolgate", "jwks": idp_jwks}]));
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: mk_policies(&["idp-bot"]),
+            tweak: Box::new(move |s| s.identity.jwt = issuers),
+            ..Options::default()
+        },
+    )
+    .await;
+    let idp_says = |sub: &str| mk_token(&idp, IDP, "toolgate", sub, json!({}));
+    h.call("GET", "/logs/orders", Some(&idp_says("ops-bot")), &[], "")
+        .await
+        .assert_refused("UNAUTHENTICATED", 401);
+    assert_eq!(backend.count(), 0);
+    let r = h
+        .call("GET", "/logs/orders", Some(&idp_says("idp-bot")), &[], "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(backend.last().headers["x-toolgate-agent"], "idp-bot");
+    // The token file's own credential still names ops-bot.
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    h.stop().await;
 }
 
 /// With `identity.oauth`, a token without a required scope is refused on a REST path as

@@ -2,11 +2,13 @@
 //! certificates (`tls.clientCa`) and each JWT issuer (`identity.jwt[]`), in that order.
 //!
 //! With more than one source, each must speak only for its own agents (README, "Identity
-//! and tasks"): every JWT issuer that is not the first source declares an `agentPrefix`,
-//! prefixes don't overlap, and no issuer is listed twice. The token file and client
-//! certificates can't carry a prefix, so when either is configured every JWT issuer needs
-//! one. Names `tokens` and `mtls` are what audit records call the first two sources, so
-//! no JWT issuer may be called that.
+//! and tasks"; DESIGN §14): every JWT issuer after the first declares an `agentPrefix`,
+//! prefixes don't overlap, and no issuer is listed twice. The first issuer may keep bare
+//! ids beside the token file or client certificates (the usual OAuth setup: one identity
+//! provider plus a few static tokens); it still can't assert an id the token file names
+//! (`proxy::stage::identify`), and the sidecar warns that a prefix would keep the two
+//! apart for good. Names `tokens` and `mtls` are what audit records call the first two
+//! sources, so no JWT issuer may be called that.
 
 use super::{file, Settings, SettingsError};
 use crate::vocab::agent::{unprintable, MTLS_ISSUER as MTLS, TOKENS_ISSUER as TOKENS};
@@ -42,9 +44,8 @@ pub fn check(settings: &Settings, origin: &str) -> Result<(), SettingsError> {
             Some(prefix) => check_prefix(prefix, i, identity)
                 .or_else(|message| invalid(field(i, "agentPrefix"), message))?,
             None => {
-                let first_source = i == 0 && !tokens && !mtls;
                 let sources = usize::from(tokens) + usize::from(mtls) + identity.jwt.len();
-                if sources > 1 && !first_source {
+                if sources > 1 && i > 0 {
                     return invalid(
                         field(i, "agentPrefix"),
                         required(tokens, mtls, identity.jwt.len()),
@@ -95,7 +96,7 @@ fn required(tokens: bool, mtls: bool, issuers: usize) -> String {
         if issuers == 1 { "" } else { "s" }
     ));
     format!(
-        "required: agent ids come from more than one source ({}), so each JWT issuer after the first source names its agents under its own prefix, or it could sign any other source's agent id. Set e.g. agentPrefix: \"partner:\" and list that issuer's agents as \"partner:<claim>\" in AgentPolicy agents",
+        "required: agent ids come from more than one source ({}), so each JWT issuer after the first names its agents under its own prefix, or it could sign any other source's agent id. Set e.g. agentPrefix: \"partner:\" and list that issuer's agents as \"partner:<claim>\" in AgentPolicy agents",
         sources.join(", ")
     )
 }
@@ -118,7 +119,7 @@ mod tests {
     }
 
     #[test]
-    fn every_issuer_after_the_first_source_needs_a_prefix() {
+    fn every_issuer_after_the_first_needs_a_prefix() {
         let err = parse(&format!("identity: {{jwt: [{A}}}, {B}}}]}}")).unwrap_err();
         assert!(err.contains("identity.jwt[1].agentPrefix"), "{err}");
         assert!(err.contains("2 JWT issuers"), "{err}");
@@ -127,15 +128,22 @@ mod tests {
             "identity: {{jwt: [{A}}}, {B}, agentPrefix: 'b:'}}]}}"
         ))
         .is_ok());
-        // The token file or client certificates come first: then every issuer needs one.
-        let err = parse(&format!("identity: {{tokens: /t.yaml, jwt: [{A}}}]}}")).unwrap_err();
-        assert!(err.contains("identity.jwt[0].agentPrefix"), "{err}");
-        assert!(err.contains("the token file, 1 JWT issuer"), "{err}");
-        let err = parse(&format!(
+        // The first issuer may stay bare beside the token file or client certificates
+        // (it can't name a token-file agent at run time); a second one may not.
+        assert!(parse(&format!("identity: {{tokens: /t.yaml, jwt: [{A}}}]}}")).is_ok());
+        assert!(parse(&format!(
             "identity: {{jwt: [{A}}}]}}\ntls: {{cert: c, key: k, clientCa: ca}}"
         ))
+        .is_ok());
+        let err = parse(&format!(
+            "identity: {{tokens: /t.yaml, jwt: [{A}}}, {B}}}]}}\ntls: {{cert: c, key: k, clientCa: ca}}"
+        ))
         .unwrap_err();
-        assert!(err.contains("client certificates"), "{err}");
+        assert!(err.contains("identity.jwt[1].agentPrefix"), "{err}");
+        assert!(
+            err.contains("the token file, client certificates, 2 JWT issuers"),
+            "{err}"
+        );
         assert!(parse(&format!(
             "identity: {{tokens: /t.yaml, jwt: [{A}, agentPrefix: 'a:'}}]}}\ntls: {{cert: c, key: k, clientCa: ca}}"
         ))

@@ -7,7 +7,7 @@
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,16 @@ use subtle::ConstantTimeEq;
 #[derive(Debug, Default)]
 pub struct TokenTable {
     by_digest: HashMap<[u8; 32], Arc<str>>,
+    /// The agents the file names, looked up on every call of an unprefixed JWT issuer.
+    agents: HashSet<Arc<str>>,
+}
+
+impl TokenTable {
+    /// Whether the file names `agent`: such an id is the token file's, and a JWT issuer
+    /// without a prefix may not assert it.
+    pub fn names(&self, agent: &str) -> bool {
+        self.agents.contains(agent)
+    }
 }
 
 impl TokenTable {
@@ -37,7 +47,8 @@ impl TokenTable {
                 return Err(format!("{agent}: the same token digest is listed twice"));
             }
         }
-        Ok(TokenTable { by_digest })
+        let agents = by_digest.values().cloned().collect();
+        Ok(TokenTable { by_digest, agents })
     }
 
     /// The agent whose token this is.
@@ -69,6 +80,11 @@ impl Tokens {
 
     pub fn agent(&self, token: &str) -> Option<Arc<str>> {
         self.table.load().agent(token)
+    }
+
+    /// Whether the current file names `agent`.
+    pub fn names(&self, agent: &str) -> bool {
+        self.table.load().names(agent)
     }
 
     /// Re-reads the file when it changes; a bad edit keeps the previous table.

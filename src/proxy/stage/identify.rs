@@ -108,6 +108,18 @@ fn credential_agent(
     };
     if let Some(jwt) = identity.jwt.as_ref().filter(|_| looks_like_jwt(token)) {
         return match jwt.verify(token) {
+            // A bare id the token file names is the token file's agent: an issuer without
+            // a prefix (only the first may go without) can't speak for it.
+            Ok(asserted)
+                if !asserted.prefixed
+                    && identity
+                        .tokens
+                        .as_ref()
+                        .is_some_and(|t| t.names(&asserted.id)) =>
+            {
+                tracing::info!(issuer = %asserted.issuer, "agent id refused: the token file names it");
+                Err(INVALID)
+            }
             Ok(asserted) => Ok((
                 Agent {
                     id: Arc::from(asserted.id.as_str()),
