@@ -18,7 +18,7 @@ use toolgate::controller::Controller;
 /// The controller's own namespace (the kubeconfig context's): where its Lease lives.
 const HOME: &str = "toolgate-system";
 const NS: &str = "team-a";
-const LEASE_SECONDS: u64 = 2;
+const LEASE_SECONDS: u64 = 3;
 /// Statuses appear within a few retry periods of a change.
 const WRITTEN: Duration = Duration::from_secs(5);
 
@@ -26,7 +26,7 @@ const WRITTEN: Duration = Duration::from_secs(5);
 async fn start(api: &FakeApiServer, identity: &str, namespace: &str) -> Controller {
     let text = format!(
         "listen: 127.0.0.1:0\nkubernetes: {{namespace: '{namespace}', kubeconfig: {}}}\n\
-         leaderElection: {{identity: {identity}, leaseDurationSeconds: {LEASE_SECONDS}, renewDeadlineMs: 1500, retryPeriodMs: 200}}\n",
+         leaderElection: {{identity: {identity}, leaseDurationSeconds: {LEASE_SECONDS}, renewDeadlineMs: 2000, retryPeriodMs: 200}}\n",
         api.kubeconfig_as(HOME, identity).display()
     );
     let settings = ControllerSettings::parse("test", &text, Vec::new()).unwrap();
@@ -361,6 +361,75 @@ async fn two_controllers_one_writer_and_a_takeover() {
     );
     assert_rbac_allows(&api.requests());
     c.shutdown().await;
+}
+
+/// Someone with access to the status subresource marks a broken object accepted: the
+/// controller puts the truth back, once.
+#[tokio::test]
+async fn a_forged_status_is_corrected() {
+    let api = FakeApiServer::start().await;
+    api.apply(
+        NS,
+        &contract("read-logs", "{tool: read_logs, input: {type: 7}}"),
+    );
+    let controller = start(&api, "a", NS).await;
+    within(WRITTEN, "the first status", || async {
+        accepted(&api, NS, "ToolContract", "read-logs")["reason"] == "InvalidSchema"
+    })
+    .await;
+    let forged = serde_json::json!({"conditions": [{"type": "Accepted", "status": "True",
+        "lastTransitionTime": "2025-01-01T00:00:00Z", "reason": "Valid", "message": "trust me",
+        "observedGeneration": 1}]});
+    api.write_status(NS, "ToolContract", "read-logs", forged);
+    within(WRITTEN, "corrected", || async {
+        accepted(&api, NS, "ToolContract", "read-logs")["reason"] == "InvalidSchema"
+    })
+    .await;
+    let writes = writes_by(&api, "a");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(writes_by(&api, "a"), writes);
+    assert_eq!(writes, 2, "the first status and the correction");
+    controller.shutdown().await;
+}
+
+/// docs/install.md shows a route conflict as `kubectl` would: the controller writes that.
+#[tokio::test]
+async fn the_install_doc_shows_what_the_controller_writes() {
+    let api = FakeApiServer::start().await;
+    api.apply(
+        NS,
+        &contract(
+            "read-logs",
+            "{tool: read_logs, http: {method: GET, path: '/logs/{service}'}}",
+        ),
+    );
+    api.apply(
+        NS,
+        &contract(
+            "read-logs-v2",
+            "{tool: read_logs_2, http: {method: GET, path: '/logs/{service}'}}",
+        ),
+    );
+    let controller = start(&api, "a", NS).await;
+    within(WRITTEN, "the conflict", || async {
+        accepted(&api, NS, "ToolContract", "read-logs-v2")["reason"] == "RouteConflict"
+    })
+    .await;
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/install.md")).unwrap();
+    let mut lines = doc
+        .lines()
+        .skip_while(|l| !l.contains("get tc read-logs-v2 -o jsonpath"));
+    lines.next().expect("docs/install.md shows the message");
+    let shown = lines.next().unwrap();
+    assert_eq!(
+        accepted(&api, NS, "ToolContract", "read-logs-v2")["message"],
+        shown
+    );
+    assert!(doc.contains(
+        "read-logs-v2    read_logs_2   GET      /logs/{service}   False      RouteConflict"
+    ));
+    controller.shutdown().await;
 }
 
 /// A leader that can't reach the API server stops counting itself the writer before its

@@ -254,3 +254,25 @@ async fn the_server_answers_validation_reviews_over_tls() {
     assert_eq!(status, 200);
     injector.shutdown().await;
 }
+
+/// docs/install.md shows a refused `kubectl apply`: the webhook's message for the policy
+/// it names is the one shown (the API server prefixes the webhook's name).
+#[test]
+fn the_install_doc_shows_the_webhook_s_message() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/install.md"))
+            .unwrap();
+    let shown = doc
+        .lines()
+        .find_map(|l| {
+            l.split_once("admission webhook \"validate.toolgate.dev\" denied the request: ")
+        })
+        .expect("docs/install.md shows a refused apply")
+        .1;
+    let path = fixtures()
+        .into_iter()
+        .find(|p| p.ends_with("policy-bad-rule-create.json"))
+        .unwrap();
+    let response = validate(&std::fs::read(path).unwrap()).body["response"].clone();
+    assert_eq!(response["status"]["message"], shown);
+}

@@ -309,6 +309,16 @@ impl FakeApiServer {
         self.state.lock().unwrap().seen.clone()
     }
 
+    /// Writes `status` over the object's, as another client with access to the status
+    /// subresource could; watchers see MODIFIED.
+    pub fn write_status(&self, namespace: &str, kind: &str, name: &str, status: Value) {
+        let key = (namespace.into(), plural_of(kind).into(), name.into());
+        let mut object = self.object(namespace, kind, name);
+        object["status"] = status;
+        let response = write_status(&self.state, key, true, object);
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
     /// The object as stored (`Value::Null` when absent).
     pub fn object(&self, namespace: &str, kind: &str, name: &str) -> Value {
         let key = (namespace.into(), plural_of(kind).into(), name.into());
