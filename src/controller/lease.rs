@@ -32,6 +32,15 @@ enum Round {
     Unknown(String),
 }
 
+/// Leadership across rounds.
+#[derive(Default)]
+struct State {
+    /// When we last renewed the Lease we hold; `None` while we don't lead.
+    renewed: Option<Instant>,
+    /// The last round failed (logged once until one succeeds).
+    failing: bool,
+}
+
 pub struct Elector {
     api: Api<Lease>,
     name: String,
@@ -53,41 +62,21 @@ impl Elector {
     /// Runs rounds every retry period until `stop` turns true, publishing leadership on
     /// `leader`; then releases the Lease if held.
     pub async fn run(mut self, leader: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
-        let mut renewed: Option<Instant> = None;
+        let mut state = State::default();
         loop {
             // A hanging request must not keep a leader writing past its deadline.
-            let limit = match renewed {
+            let limit = match state.renewed {
                 Some(at) => self.settings.renew_deadline().saturating_sub(at.elapsed()),
                 None => self.settings.renew_deadline(),
             };
-            let round =
-                match tokio::time::timeout(limit.max(Duration::from_millis(1)), self.round()).await
-                {
-                    Ok(round) => round,
-                    Err(_) => Round::Unknown("the API server did not answer in time".into()),
-                };
-            match round {
-                Round::Held => {
-                    if renewed.is_none() {
-                        tracing::info!(lease = %self.name, identity = %self.settings.identity, "became the leader; writing status");
-                    }
-                    renewed = Some(Instant::now());
-                }
-                Round::NotHeld => {
-                    if renewed.take().is_some() {
-                        tracing::warn!(lease = %self.name, "lost the lease; no longer writing status");
-                    }
-                }
-                Round::Unknown(error) => {
-                    tracing::warn!(lease = %self.name, %error, "leader election round failed");
-                    if renewed.is_some_and(|at| at.elapsed() >= self.settings.renew_deadline()) {
-                        tracing::warn!(lease = %self.name, "could not renew within the deadline; no longer writing status");
-                        renewed = None;
-                    }
-                }
-            }
+            let limit = limit.max(Duration::from_millis(1));
+            let round = match tokio::time::timeout(limit, self.round()).await {
+                Ok(round) => round,
+                Err(_) => Round::Unknown("the API server did not answer in time".into()),
+            };
+            self.settle(&mut state, round);
             leader.send_if_modified(|current| {
-                let now = renewed.is_some();
+                let now = state.renewed.is_some();
                 std::mem::replace(current, now) != now
             });
             tokio::select! {
@@ -100,13 +89,47 @@ impl Elector {
         }
     }
 
+    /// What a round means for leadership, logged once per change (not once per round
+    /// while the API server is away).
+    fn settle(&self, state: &mut State, round: Round) {
+        let lease = &self.name;
+        if state.failing && !matches!(round, Round::Unknown(_)) {
+            tracing::info!(%lease, "leader election works again");
+            state.failing = false;
+        }
+        match round {
+            Round::Held => {
+                if state.renewed.is_none() {
+                    let identity = &self.settings.identity;
+                    tracing::info!(%lease, %identity, "became the leader; writing status");
+                }
+                state.renewed = Some(Instant::now());
+            }
+            Round::NotHeld => {
+                if state.renewed.take().is_some() {
+                    tracing::warn!(%lease, "lost the lease; no longer writing status");
+                }
+            }
+            Round::Unknown(error) => {
+                if !std::mem::replace(&mut state.failing, true) {
+                    tracing::warn!(%lease, %error, "leader election round failed; retrying");
+                }
+                let deadline = self.settings.renew_deadline();
+                if state.renewed.is_some_and(|at| at.elapsed() >= deadline) {
+                    tracing::warn!(%lease, "could not renew within the deadline; no longer writing status");
+                    state.renewed = None;
+                }
+            }
+        }
+    }
+
     async fn round(&mut self) -> Round {
         let current = match self.api.get_opt(&self.name).await {
             Ok(current) => current,
             Err(e) => return Round::Unknown(e.to_string()),
         };
         let step = self.candidate.step(current.as_ref(), Instant::now());
-        let written = match (step, current) {
+        let written = match (step.clone(), current) {
             (Step::Follow { .. }, _) => return Round::NotHeld,
             (Step::Create, _) => self.api.create(&PostParams::default(), &self.fresh()).await,
             (Step::Renew, Some(mut lease)) => {
@@ -136,10 +159,12 @@ impl Elector {
         };
         match written {
             Ok(_) => Round::Held,
-            // Another replica wrote first: it won this race; look again next round.
-            Err(kube::Error::Api(status)) if status.code == 409 => {
-                Round::Unknown("another replica wrote the Lease first".into())
-            }
+            // Another replica wrote first and won this race: a standby just follows; a
+            // leader looks again next round, leading until its deadline.
+            Err(kube::Error::Api(status)) if status.code == 409 => match step {
+                Step::Renew => Round::Unknown("another replica wrote the Lease first".into()),
+                _ => Round::NotHeld,
+            },
             Err(e) => Round::Unknown(e.to_string()),
         }
     }

@@ -75,29 +75,11 @@ impl Controller {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let addr = listener.local_addr()?;
         let health = Arc::new(Health::default());
-        let (stop_serving, mut serving) = watch::channel(false);
-        let probes = health.clone();
-        let mut others = vec![tokio::spawn(serve(
-            listener,
-            ConnLimits::admin(),
-            None,
-            move |request| health::handle(request, probes.clone()),
-            async move {
-                let _ = serving.wait_for(|stop| *stop).await;
-            },
-        ))];
-
+        let (stop_serving, serving) = watch::channel(false);
+        let mut others = vec![tokio::spawn(probes(listener, health.clone(), serving))];
         let (events, received) = mpsc::channel(256);
         let namespace = settings.kubernetes.namespace.clone();
-        for kind in Kind::ALL {
-            let resource = kind.api_resource();
-            let api: Api<DynamicObject> = if namespace.is_empty() {
-                Api::all_with(client.clone(), &resource)
-            } else {
-                Api::namespaced_with(client.clone(), &namespace, &resource)
-            };
-            others.push(tokio::spawn(watcher::watch(kind, api, events.clone())));
-        }
+        others.extend(watch_both(&client, &namespace, &events));
 
         let election = settings.leader_election.clone();
         let lease_namespace = match election.namespace.as_str() {
@@ -240,6 +222,35 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+/// Serves `/healthz` and `/readyz` until `stop` turns true.
+async fn probes(listener: TcpListener, health: Arc<Health>, mut stop: watch::Receiver<bool>) {
+    let handler = move |request| health::handle(request, health.clone());
+    let stopped = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    serve(listener, ConnLimits::admin(), None, handler, stopped).await;
+}
+
+/// One watcher per kind, over `namespace` or (empty) all namespaces.
+fn watch_both(
+    client: &Client,
+    namespace: &str,
+    events: &mpsc::Sender<(Kind, Item)>,
+) -> Vec<JoinHandle<()>> {
+    Kind::ALL
+        .into_iter()
+        .map(|kind| {
+            let resource = kind.api_resource();
+            let api: Api<DynamicObject> = if namespace.is_empty() {
+                Api::all_with(client.clone(), &resource)
+            } else {
+                Api::namespaced_with(client.clone(), namespace, &resource)
+            };
+            tokio::spawn(watcher::watch(kind, api, events.clone()))
+        })
+        .collect()
 }
 
 /// In a pod: the service account (`Config::infer`); outside: `kubernetes.kubeconfig`

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::verdict::Read;
 use crate::control::cluster::convert::{convert, key};
-use crate::control::cluster::sync::Item;
+use crate::control::cluster::sync::{Item, Lost};
 use crate::control::cluster::Kind;
 use crate::crd::{Condition, ObjectKey};
 
@@ -64,7 +64,12 @@ impl Store {
     pub fn handle(&mut self, kind: Kind, item: Item) {
         match item {
             // The watcher starts over by itself; until it relists, what we hold stands.
-            Err(_) => {}
+            Err(Lost::Expired) => {
+                tracing::info!(kind = kind.name(), "watch expired (410 Gone); relisting");
+            }
+            Err(Lost::Failed(error)) => {
+                tracing::warn!(kind = kind.name(), %error, "lost the watch; status waits for the next list");
+            }
             Ok(Event::Init) => {
                 self.buffers.insert(kind, Vec::new());
             }

@@ -1,5 +1,4 @@
 use super::*;
-use crate::control::cluster::sync::Lost;
 use serde_json::{json, Value};
 
 fn mk_object(kind: Kind, ns: &str, name: &str, spec: Value, status: Value) -> DynamicObject {

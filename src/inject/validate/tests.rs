@@ -125,3 +125,25 @@ fn malformed_bodies_get_400() {
         assert_eq!(answer.outcome, "malformed");
     }
 }
+
+/// Nesting past serde_json's depth limit is a 400, not a stack overflow; a schema as deep
+/// as a review can carry compiles on the parser's stack and is judged.
+#[test]
+fn deep_inputs_are_answered() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let body = String::from_utf8(mk_review("ToolContract", "CREATE", json!("X"), Value::Null))
+        .unwrap()
+        .replace("\"X\"", &deep);
+    assert_eq!(validate(body.as_bytes()).status, 400);
+    let mut schema = json!({"type": "object"});
+    for _ in 0..50 {
+        schema = json!({"type": "object", "properties": {"a": schema}});
+    }
+    let (response, _) = answer_of(&mk_review(
+        "ToolContract",
+        "CREATE",
+        mk_contract(schema),
+        Value::Null,
+    ));
+    assert_eq!(response["allowed"], true, "{response}");
+}
