@@ -5,8 +5,8 @@
 //!
 //! Invariant: every request gets an answer and no request can take the process down —
 //! bodies are read against a size limit and a deadline, and the decision itself is the
-//! pure [`review`](super::review::review) or [`validate`](super::validate::validate); a
-//! validation compiles schemas and CEL, so it runs off the async workers.
+//! pure [`review`] or [`validate`]; a validation compiles schemas and CEL, so it runs
+//! off the async workers.
 
 use anyhow::Context as _;
 use http::{header, Method, Request, Response, StatusCode};
