@@ -17,6 +17,14 @@ pub struct Report {
     pub warnings: Vec<ManifestError>,
 }
 
+/// How `check` builds: shadow allowed (it reports problems, not what one sidecar's
+/// settings honour) and `workloadSelector` ignored (no pod, so every object applies).
+/// The controller and the validating webhook build with the same options.
+pub const OPTIONS: BuildOptions = BuildOptions {
+    allow_shadow: true,
+    pod_labels: None,
+};
+
 pub fn check(paths: &[PathBuf]) -> Report {
     compile(paths).1
 }
@@ -26,12 +34,7 @@ pub fn check(paths: &[PathBuf]) -> Report {
 pub fn compile(paths: &[PathBuf]) -> (Snapshot, Report) {
     let scan = files::scan(paths);
     let (objects, mut errors) = files::parse(&scan);
-    // Shadow allowed: `check` reports problems, not what one sidecar's settings honour.
-    let options = BuildOptions {
-        allow_shadow: true,
-        pod_labels: None,
-    };
-    let (mut snapshot, build_errors) = Snapshot::build(&objects, &options, 0);
+    let (mut snapshot, build_errors) = Snapshot::build(&objects, &OPTIONS, 0);
     errors.extend(build_errors);
     let report = Report {
         files: scan.files.len(),

@@ -12,6 +12,7 @@ pub mod audit;
 pub mod check;
 pub mod config;
 pub mod control;
+pub mod controller; // status on the objects (issue 48)
 pub mod crd;
 pub mod demo;
 #[doc(hidden)] // fuzz entry points shared by `fuzz/` and tests/fuzz_corpus.rs; not API

@@ -59,6 +59,13 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Status on the objects: compile every ToolContract and AgentPolicy as `check --strict`
+    /// does and write their `Accepted` condition (leader-elected; runs beside `inject`).
+    Controller {
+        /// The controller's settings file; without it, defaults and TOOLGATE_CONTROLLER_* variables.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Re-decide an audit log's calls against candidate policies (exit 0: changes within
     /// --max-changed; 1: more; 2: bad input).
     Replay {
@@ -119,6 +126,7 @@ fn main() -> ExitCode {
         Command::Check { paths, strict } => Ok(check(&paths, strict)),
         Command::Crds { out } => crds(out.as_deref()),
         Command::Inject { config } => runtime().and_then(|rt| rt.block_on(inject(config))),
+        Command::Controller { config } => runtime().and_then(|rt| rt.block_on(controller(config))),
         Command::Audit {
             command:
                 AuditCommand::Verify {
@@ -233,6 +241,21 @@ async fn inject(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 // --- end inject ---
+
+async fn controller(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    init_logs("info");
+    let settings = toolgate::controller::settings::ControllerSettings::load(
+        config.as_deref(),
+        std::env::vars(),
+    )?;
+    let controller = toolgate::controller::Controller::start(settings).await?;
+    shutdown_signal()
+        .await
+        .context("installing signal handlers")?;
+    tracing::info!("shutdown requested; releasing the lease");
+    controller.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
 
 async fn demo(otlp_endpoint: Option<String>) -> anyhow::Result<ExitCode> {
     // Keep the table readable: only the sidecar's warnings and errors.

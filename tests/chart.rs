@@ -1,7 +1,8 @@
 //! The Helm chart, with the real `helm` and `kubernetes-validate`: it lints strictly,
 //! renders with default and non-default values into objects Kubernetes accepts, every pod
-//! it creates meets the restricted Pod Security profile, the injector's rendered settings
-//! load in the binary, and its CRDs and sidecar Role are the repository's.
+//! it creates meets the restricted Pod Security profile, the injector's and the
+//! controller's rendered settings load in the binary, and its CRDs, sidecar Role and
+//! controller RBAC are the repository's.
 //!
 //! `TOOLGATE_BLESS=1 cargo test --test chart` copies `crds/` into the chart.
 
@@ -13,6 +14,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use toolgate::controller::settings::ControllerSettings;
 use toolgate::inject::settings::InjectSettings;
 use toolgate::inject::UID;
 
@@ -63,14 +65,24 @@ webhook:
   failurePolicy: Ignore
   timeoutSeconds: 3
   objectSelector: {matchExpressions: [{key: toolgate.dev/skip, operator: DoesNotExist}]}
+controller:
+  namespace: shop
+  logLevel: debug
+  resources: {requests: {cpu: 20m, memory: 48Mi}, limits: {memory: 256Mi}}
+  leaderElection: {leaseDurationSeconds: 30, renewDeadlineMs: 20000, retryPeriodMs: 4000}
+validation:
+  timeoutSeconds: 2
 certManager:
   enabled: true
 "#;
 
-/// A cert-manager variant: an existing ClusterIssuer, a single replica (no PDB).
+/// A cert-manager variant: an existing ClusterIssuer, a single replica (no PDB), and
+/// neither the controller nor the validating webhook.
 const CLUSTER_ISSUER: &str = r#"
 namespaces: [{name: default}, {name: team-b, serviceAccounts: [bot]}]
 injector: {replicas: 1}
+controller: {enabled: false}
+validation: {enabled: false}
 certManager: {enabled: true, issuerRef: {kind: ClusterIssuer, name: internal-ca}}
 "#;
 
@@ -234,13 +246,169 @@ fn check_render(yaml: &str, what: &str) -> Vec<Value> {
     let rbac: Value =
         serde_yaml::from_str(&std::fs::read_to_string(root().join("deploy/rbac.yaml")).unwrap())
             .unwrap();
-    for role in of_kind(&objects, "Role") {
+    for role in sidecar_roles(&objects) {
         assert_eq!(
             role["rules"], rbac["rules"],
             "{what}: the sidecar Role is deploy/rbac.yaml's"
         );
     }
+    check_controller(&objects, what);
+    check_validation(&objects, what);
     objects
+}
+
+fn component<'a>(objects: &'a [Value], kind: &str, component: &str) -> Vec<&'a Value> {
+    of_kind(objects, kind)
+        .into_iter()
+        .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+        .collect()
+}
+
+fn sidecar_roles(objects: &[Value]) -> Vec<&Value> {
+    component(objects, "Role", "sidecar")
+}
+
+/// The controller container, when rendered: its settings load, it alone holds an API
+/// token, no readiness probe ties the injector's Service to the API server, and its RBAC
+/// is deploy/controller-rbac.yaml's, bound to the pods' ServiceAccount.
+fn check_controller(objects: &[Value], what: &str) {
+    let pod = &one(objects, "Deployment")["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_array().unwrap();
+    let Some(controller) = containers.iter().find(|c| c["name"] == "controller") else {
+        assert!(
+            component(objects, "ClusterRole", "controller").is_empty(),
+            "{what}"
+        );
+        assert!(
+            component(objects, "Role", "controller").is_empty(),
+            "{what}"
+        );
+        let config = &one(objects, "ConfigMap")["data"];
+        assert!(config.get("controller.yaml").is_none(), "{what}");
+        return;
+    };
+    assert_eq!(
+        controller["args"],
+        json!([
+            "controller",
+            "--config",
+            "/etc/toolgate/inject/controller.yaml"
+        ])
+    );
+    let text = one(objects, "ConfigMap")["data"]["controller.yaml"]
+        .as_str()
+        .unwrap();
+    let identity = &controller["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "TOOLGATE_CONTROLLER_LEADER_ELECTION_IDENTITY")
+        .unwrap();
+    assert_eq!(
+        identity["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    let vars = vec![(
+        "TOOLGATE_CONTROLLER_LEADER_ELECTION_IDENTITY".to_string(),
+        "toolgate-injector-7c9-x".to_string(),
+    )];
+    let settings = ControllerSettings::parse("chart", text, vars)
+        .unwrap_or_else(|e| panic!("{what}: the rendered controller settings don't load: {e}"));
+    assert_eq!(settings.leader_election.lease_name, "toolgate-controller");
+    assert_eq!(
+        settings.listen.port(),
+        controller["ports"][0]["containerPort"].as_u64().unwrap() as u16
+    );
+    assert_eq!(controller["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert!(
+        controller.get("readinessProbe").is_none(),
+        "{what}: an API outage must not unready the injector"
+    );
+    let token_mounts = |c: &Value| {
+        c["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount")
+            .count()
+    };
+    assert_eq!(token_mounts(controller), 1, "{what}");
+    assert_eq!(
+        token_mounts(&containers[0]),
+        0,
+        "{what}: the injector holds no token"
+    );
+    assert_eq!(pod["automountServiceAccountToken"], false);
+
+    let rbac =
+        documents(&std::fs::read_to_string(root().join("deploy/controller-rbac.yaml")).unwrap());
+    let (objects_rules, lease_rules) = (&rbac[0]["rules"], &rbac[1]["rules"]);
+    let kind = if settings.kubernetes.namespace.is_empty() {
+        "ClusterRole"
+    } else {
+        "Role"
+    };
+    let role = component(objects, kind, "controller")
+        .into_iter()
+        .find(|r| r["rules"][0]["apiGroups"][0] == "toolgate.dev")
+        .unwrap_or_else(|| panic!("{what}: the controller's {kind}"));
+    assert_eq!(&role["rules"], objects_rules, "{what}");
+    if kind == "Role" {
+        assert_eq!(
+            role["metadata"]["namespace"],
+            settings.kubernetes.namespace.as_str()
+        );
+    }
+    let lease = component(objects, "Role", "controller")
+        .into_iter()
+        .find(|r| r["rules"][0]["apiGroups"][0] == "coordination.k8s.io")
+        .unwrap();
+    assert_eq!(&lease["rules"], lease_rules, "{what}");
+    assert_eq!(
+        lease["metadata"]["namespace"], NAMESPACE,
+        "the Lease is in the release namespace"
+    );
+    let account = json!([{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}]);
+    let bindings: Vec<&Value> = ["ClusterRoleBinding", "RoleBinding"]
+        .iter()
+        .flat_map(|k| component(objects, k, "controller"))
+        .collect();
+    assert_eq!(bindings.len(), 2, "{what}");
+    for binding in bindings {
+        assert_eq!(binding["subjects"], account, "{what}");
+    }
+}
+
+/// The ValidatingWebhookConfiguration, when rendered: the injector's Service and CA, the
+/// two kinds (not their status), and a failure policy that never blocks.
+fn check_validation(objects: &[Value], what: &str) {
+    let found = of_kind(objects, "ValidatingWebhookConfiguration");
+    let Some(config) = found.first() else {
+        return;
+    };
+    assert_eq!(found.len(), 1);
+    let hook = &config["webhooks"][0];
+    let mutating = &one(objects, "MutatingWebhookConfiguration")["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Ignore", "{what}");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/validate");
+    assert_eq!(
+        hook["clientConfig"]["service"]["name"],
+        mutating["clientConfig"]["service"]["name"]
+    );
+    assert_eq!(
+        hook["clientConfig"].get("caBundle"),
+        mutating["clientConfig"].get("caBundle"),
+        "{what}: the same certificate"
+    );
+    assert_eq!(
+        config["metadata"]["annotations"],
+        one(objects, "MutatingWebhookConfiguration")["metadata"]["annotations"]
+    );
+    let rule = &hook["rules"][0];
+    assert_eq!(rule["apiGroups"], json!(["toolgate.dev"]));
+    assert_eq!(rule["resources"], json!(["toolcontracts", "agentpolicies"]));
+    assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
 }
 
 #[test]
@@ -258,12 +426,18 @@ fn default_values_render_a_valid_restricted_install() {
     assert_eq!(secret["type"], "kubernetes.io/tls");
     assert_eq!(hook["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
     assert_signed(&secret["data"], "toolgate-injector.toolgate-system.svc");
-    let binding = one(&objects, "RoleBinding");
+    let binding = component(&objects, "RoleBinding", "sidecar")[0];
     assert_eq!(
         binding["subjects"],
         json!([{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:serviceaccounts:default"}])
     );
     assert_eq!(of_kind(&objects, "PodDisruptionBudget").len(), 1);
+    // Status and validation are on by default, the controller reading every namespace.
+    assert_eq!(
+        one(&objects, "ValidatingWebhookConfiguration")["webhooks"][0]["timeoutSeconds"],
+        5
+    );
+    assert_eq!(component(&objects, "ClusterRole", "controller").len(), 1);
     let settings = InjectSettings::parse(
         "chart",
         one(&objects, "ConfigMap")["data"]["inject.yaml"]
@@ -371,7 +545,25 @@ fn non_default_values_render_a_valid_restricted_install() {
     );
     assert_eq!(settings.sidecar.resources.limits["cpu"], "1");
     // Sidecars that read a ConfigMap get no API token, so no RBAC either.
-    assert!(of_kind(&objects, "Role").is_empty());
+    assert!(sidecar_roles(&objects).is_empty());
+    // The controller reads one namespace: a Role there, no ClusterRole.
+    assert!(of_kind(&objects, "ClusterRole").is_empty());
+    let text = one(&objects, "ConfigMap")["data"]["controller.yaml"]
+        .as_str()
+        .unwrap();
+    let vars = vec![("HOSTNAME".to_string(), "p".to_string())];
+    let controller = ControllerSettings::parse("chart", text, vars).unwrap();
+    assert_eq!(controller.kubernetes.namespace, "shop");
+    assert_eq!(controller.leader_election.lease_duration_seconds, 30);
+    assert_eq!(controller.leader_election.retry_period_ms, 4000);
+    let validating = one(&objects, "ValidatingWebhookConfiguration");
+    assert_eq!(validating["webhooks"][0]["timeoutSeconds"], 2);
+    assert!(
+        validating["webhooks"][0]["clientConfig"]
+            .get("caBundle")
+            .is_none(),
+        "cainjector fills it"
+    );
     let deployment = one(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(
@@ -587,7 +779,14 @@ fn an_existing_issuer_and_named_service_accounts() {
         team_b["subjects"],
         json!([{"kind": "ServiceAccount", "name": "bot", "namespace": "team-b"}])
     );
-    assert_eq!(of_kind(&objects, "Role").len(), 2);
+    assert_eq!(sidecar_roles(&objects).len(), 2);
+    assert!(of_kind(&objects, "ValidatingWebhookConfiguration").is_empty());
+    let containers = &one(&objects, "Deployment")["spec"]["template"]["spec"]["containers"];
+    assert_eq!(
+        containers.as_array().unwrap().len(),
+        1,
+        "no controller container"
+    );
 }
 
 /// cert-manager objects (which kubernetes-validate skips): the fields cert-manager v1
@@ -672,6 +871,22 @@ fn the_values_schema_rejects_mistakes() {
         ),
         ("sidecar: {resources: {limits: {memory: 128MB}}}", "memory"),
         ("injector: {replica: 2}", "replica"),
+        ("controller: {namespace: Team_A}", "namespace"),
+        (
+            "controller: {leaderElection: {retryPeriodMs: 0}}",
+            "retryPeriodMs",
+        ),
+        ("validation: {failurePolicy: Fail}", "failurePolicy"),
+        ("validation: {timeoutSeconds: 45}", "timeoutSeconds"),
+        // Timings the controller would refuse at start, crash-looping in the injector's pod.
+        (
+            "controller: {leaderElection: {leaseDurationSeconds: 5}}",
+            "renewDeadlineMs",
+        ),
+        (
+            "controller: {leaderElection: {retryPeriodMs: 10000}}",
+            "retryPeriodMs",
+        ),
     ] {
         let values = values_file(dir.path(), "bad.yaml", bad);
         let error = template(Some(&values)).expect_err(bad);
@@ -715,6 +930,9 @@ fn the_notes_tell_how_to_annotate_and_write_a_policy() {
         "kind: AgentPolicy",
         "targetPort: toolgate",
         "kubectl -n default apply",
+        "kubectl -n default get toolcontracts,agentpolicies",
+        "ACCEPTED and REASON",
+        "`kubectl apply` refuses",
     ] {
         assert!(
             notes.contains(needle),

@@ -210,6 +210,34 @@ fn the_schemas_reject_what_the_api_server_would() {
     assert_eq!(violations(&free), Vec::<String>::new());
 }
 
+/// What `toolgate controller` writes is what the CRDs' status schema accepts, and a
+/// status another writer got wrong is refused as the API server would.
+#[test]
+fn the_status_schema_takes_the_controller_s_conditions() {
+    use toolgate::controller::reason::Reason;
+    let with_status = |condition: Value| {
+        json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "ToolContract", "metadata": {"name": "c"},
+               "spec": {"tool": "t"}, "status": {"conditions": [condition]}})
+    };
+    for reason in Reason::ALL {
+        let condition = json!({"type": "Accepted", "status": if reason.accepted() { "True" } else { "False" },
+            "observedGeneration": 3, "lastTransitionTime": "2025-06-01T09:30:00Z",
+            "reason": reason.as_str(), "message": "spec.input: \"strng\" is not valid"});
+        assert_eq!(
+            violations(&with_status(condition)),
+            Vec::<String>::new(),
+            "{reason}"
+        );
+    }
+    for bad in [
+        json!({"type": "Accepted", "status": "Yes", "lastTransitionTime": "2025-06-01T09:30:00Z", "reason": "Valid", "message": ""}),
+        json!({"type": "Accepted", "status": "True", "lastTransitionTime": "2025-06-01T09:30:00Z", "reason": "not a word", "message": ""}),
+        json!({"type": "Accepted", "status": "True", "reason": "Valid", "message": ""}),
+    ] {
+        assert!(!violations(&with_status(bad.clone())).is_empty(), "{bad}");
+    }
+}
+
 /// `kubernetes-validate` (PyPI) checks objects against Kubernetes' own OpenAPI schemas;
 /// `scripts/test.sh` installs it into `.tools/venv`.
 #[test]
@@ -225,6 +253,7 @@ fn crds_and_role_are_valid_kubernetes_objects() {
     );
     let mut files = yaml_files(definition::FOLDER);
     files.push(root().join("deploy/rbac.yaml"));
+    files.push(root().join("deploy/controller-rbac.yaml"));
     for version in ["1.30", "1.37"] {
         let output = Command::new(&tool)
             .args(["--strict", "--no-warn", "-k", version])

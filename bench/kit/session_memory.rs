@@ -30,7 +30,7 @@ pub fn run(count: u64) -> anyhow::Result<()> {
             burst: Some(100),
         },
     )
-    .map_err(|(field, message)| anyhow::anyhow!("{field}: {message}"))?;
+    .map_err(|e| anyhow::anyhow!("{}: {}", e.field, e.message))?;
     let limits = SessionLimits {
         max_calls: Some(200),
         max_repeats: Some(3),

@@ -148,7 +148,25 @@ mod tests {
             .flatten()
             .map(|c| c.name.clone())
             .collect();
-        assert_eq!(columns, ["Agents", "Mode", "Enabled", "Age"]);
+        assert_eq!(
+            columns,
+            ["Agents", "Mode", "Enabled", "Accepted", "Reason", "Age"]
+        );
+        for crd in [&policy, &contract] {
+            let version = &crd.spec.versions[0];
+            let subresources = version.subresources.as_ref().expect("subresources");
+            assert!(subresources.status.is_some(), "the status subresource");
+            let accepted = version
+                .additional_printer_columns
+                .iter()
+                .flatten()
+                .find(|c| c.name == "Accepted")
+                .unwrap();
+            assert_eq!(
+                accepted.json_path,
+                r#".status.conditions[?(@.type=="Accepted")].status"#
+            );
+        }
         let text = serde_json::to_string(&policy).unwrap();
         assert!(text.contains(r#""enum":["enforce","shadow"]"#), "{text}");
         assert!(

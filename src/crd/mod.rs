@@ -10,8 +10,10 @@ pub mod definition;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod manifest;
+pub mod status;
 
 pub use manifest::{parse_documents, parse_value, Manifest, ManifestError, Object, ObjectKey};
+pub use status::{Condition, ObjectStatus};
 
 // kube (issue 6): CRD derives. `schemars(...)` attributes only shape the generated schema.
 use kube::CustomResource;
@@ -33,12 +35,15 @@ pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
     version = "v1alpha1",
     kind = "ToolContract",
     namespaced,
+    status = "ObjectStatus",
     shortname = "tc",
     category = "toolgate",
     doc = "A tool the backend serves, and the contract every call of it must meet.",
     printcolumn = r#"{"name": "Tool", "type": "string", "jsonPath": ".spec.tool"}"#,
     printcolumn = r#"{"name": "Method", "type": "string", "jsonPath": ".spec.http.method"}"#,
     printcolumn = r#"{"name": "Path", "type": "string", "jsonPath": ".spec.http.path"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].reason"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -127,12 +132,15 @@ impl LabelSelector {
     kind = "AgentPolicy",
     plural = "agentpolicies",
     namespaced,
+    status = "ObjectStatus",
     shortname = "ap",
     category = "toolgate",
     doc = "What a set of agents may call, and under which limits and rules.",
     printcolumn = r#"{"name": "Agents", "type": "string", "jsonPath": ".spec.agents"}"#,
     printcolumn = r#"{"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}"#,
     printcolumn = r#"{"name": "Enabled", "type": "boolean", "jsonPath": ".spec.enabled"}"#,
+    printcolumn = r#"{"name": "Accepted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].status"}"#,
+    printcolumn = r#"{"name": "Reason", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Accepted\")].reason"}"#,
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

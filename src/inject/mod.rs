@@ -5,6 +5,8 @@
 //!   settings) to a JSON Patch; [`sidecar`] builds the container and volumes it adds.
 //! - [`review`] turns an `AdmissionReview` body into a response body, still without I/O,
 //!   so the golden tests and the server run exactly the same code.
+//! - [`validate`] is the validating webhook for `ToolContract` and `AgentPolicy`
+//!   objects, as pure as [`review`] and served beside it.
 //! - [`server`] is the HTTPS listener; [`settings`] the injector's own settings file.
 //!
 //! Invariants: injecting an injected pod changes nothing (the sidecar's container name is
@@ -16,6 +18,7 @@ pub mod review;
 pub mod server;
 pub mod settings;
 pub mod sidecar;
+pub mod validate;
 
 /// The annotation a pod opts in with (`"true"`); `"false"` or absent leaves it alone.
 pub const INJECT_ANNOTATION: &str = "toolgate.dev/inject";

@@ -44,18 +44,7 @@ pub struct Answer {
 pub fn review(body: &[u8], settings: &SidecarSettings) -> Answer {
     let request = match parse(body) {
         Ok(request) => request,
-        Err(message) => {
-            return Answer {
-                status: StatusCode::BAD_REQUEST,
-                body: json!({
-                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "reason": "BadRequest", "code": 400,
-                    "message": format!("not an admission.k8s.io/v1 AdmissionReview request: {message}"),
-                }),
-                outcome: "malformed",
-                subject: String::new(),
-            }
-        }
+        Err(message) => return malformed(&message),
     };
     let subject = subject(&request);
     let mut reply = Reply::allow();
@@ -98,17 +87,31 @@ pub fn review(body: &[u8], settings: &SidecarSettings) -> Answer {
     }
 }
 
+/// The 400 answer to a body that is not a review (see the module's doc).
+pub(super) fn malformed(message: &str) -> Answer {
+    Answer {
+        status: StatusCode::BAD_REQUEST,
+        body: json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "BadRequest", "code": 400,
+            "message": format!("not an admission.k8s.io/v1 AdmissionReview request: {message}"),
+        }),
+        outcome: "malformed",
+        subject: String::new(),
+    }
+}
+
 /// The `response` of an `AdmissionReview`, written out rather than taken from kube-rs,
 /// whose `patch` serializes as an array of numbers; the API documents base64.
-struct Reply {
-    allowed: bool,
-    status: Option<Value>,
+pub(super) struct Reply {
+    pub(super) allowed: bool,
+    pub(super) status: Option<Value>,
     patch: Option<String>,
-    warnings: Vec<String>,
+    pub(super) warnings: Vec<String>,
 }
 
 impl Reply {
-    fn allow() -> Reply {
+    pub(super) fn allow() -> Reply {
         Reply {
             allowed: true,
             status: None,
@@ -117,7 +120,7 @@ impl Reply {
         }
     }
 
-    fn into_review(self, request: &AdmissionRequest<DynamicObject>) -> Value {
+    pub(super) fn into_review(self, request: &AdmissionRequest<DynamicObject>) -> Value {
         let mut response = json!({"uid": request.uid, "allowed": self.allowed});
         if let Some(status) = self.status {
             response["status"] = status;
@@ -133,7 +136,7 @@ impl Reply {
     }
 }
 
-fn subject(request: &AdmissionRequest<DynamicObject>) -> String {
+pub(super) fn subject(request: &AdmissionRequest<DynamicObject>) -> String {
     let name = match (&request.name, &request.object) {
         (name, _) if !name.is_empty() => name.clone(),
         (_, Some(object)) => object.metadata.generate_name.clone().unwrap_or_default(),
@@ -142,7 +145,7 @@ fn subject(request: &AdmissionRequest<DynamicObject>) -> String {
     format!("{}/{name}", request.namespace.as_deref().unwrap_or(""))
 }
 
-fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
+pub(super) fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("invalid JSON: {e}"))?;
     let (version, kind) = (&value["apiVersion"], &value["kind"]);
     if version != API_VERSION || kind != KIND {

@@ -1,10 +1,12 @@
-//! The webhook's HTTPS listener: `POST /inject` answers `AdmissionReview`s, `GET /healthz`
-//! and `/readyz` answer probes. It reuses the sidecar's server (connection limits,
+//! The webhook's HTTPS listener: `POST /inject` answers pods' `AdmissionReview`s, `POST
+//! /validate` those of `ToolContract` and `AgentPolicy` objects, `GET /healthz` and
+//! `/readyz` answer probes. It reuses the sidecar's server (connection limits,
 //! handshake timeout, graceful drain) and TLS (rustls, files reloaded on change).
 //!
 //! Invariant: every request gets an answer and no request can take the process down —
 //! bodies are read against a size limit and a deadline, and the decision itself is the
-//! pure [`review`](super::review::review).
+//! pure [`review`] or [`validate`]; a validation compiles schemas and CEL, so it runs
+//! off the async workers.
 
 use anyhow::Context as _;
 use http::{header, Method, Request, Response, StatusCode};
@@ -17,8 +19,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::review::review;
+use super::review::{review, Answer};
 use super::settings::{InjectSettings, SidecarSettings};
+use super::validate::validate;
 use crate::config::Tls;
 use crate::proxy::body::{full, read_limited, Body, ReadError};
 use crate::proxy::server::{serve, ConnLimits};
@@ -26,6 +29,8 @@ use crate::tls::TlsConfig;
 
 /// The path the `MutatingWebhookConfiguration` calls.
 pub const PATH: &str = "/inject";
+/// The path the `ValidatingWebhookConfiguration` calls.
+pub const VALIDATE_PATH: &str = "/validate";
 /// A review carries one pod (etcd caps objects at about 1.5 MiB) and, on updates, its
 /// old version: 8 MiB is ample and still bounded.
 const MAX_BODY: usize = 8 << 20;
@@ -94,12 +99,15 @@ impl Injector {
 }
 
 async fn handle(request: Request<Incoming>, sidecar: Arc<SidecarSettings>) -> Response<Body> {
-    match (request.method(), request.uri().path()) {
-        (&Method::POST, PATH) => {}
+    let validating = match (request.method(), request.uri().path()) {
+        (&Method::POST, PATH) => false,
+        (&Method::POST, VALIDATE_PATH) => true,
         (&Method::GET, "/healthz" | "/readyz") => return text(StatusCode::OK, "ok\n"),
-        (_, PATH) => return status(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview"),
+        (_, PATH | VALIDATE_PATH) => {
+            return status(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview")
+        }
         _ => return status(StatusCode::NOT_FOUND, "not found"),
-    }
+    };
     let body = match read_limited(request.into_body(), MAX_BODY, BODY_DEADLINE).await {
         Ok(body) => body,
         Err(e) => {
@@ -112,9 +120,24 @@ async fn handle(request: Request<Incoming>, sidecar: Arc<SidecarSettings>) -> Re
             return status(code, &e.to_string());
         }
     };
+    if validating {
+        let answer = match tokio::task::spawn_blocking(move || validate(&body)).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::error!(error = %e, "validation failed");
+                return status(StatusCode::INTERNAL_SERVER_ERROR, "validation failed");
+            }
+        };
+        tracing::info!(outcome = answer.outcome, object = %answer.subject, "validation review");
+        return respond(answer);
+    }
     // A pod spec is a few kilobytes of JSON: deciding is quick enough to run inline.
     let answer = review(&body, &sidecar);
     tracing::info!(outcome = answer.outcome, pod = %answer.subject, "admission review");
+    respond(answer)
+}
+
+fn respond(answer: Answer) -> Response<Body> {
     json_response(answer.status, &answer.body)
 }
 

@@ -58,7 +58,10 @@ impl Policy {
         allow_shadow: bool,
     ) -> Result<Policy, FieldError> {
         if spec.agents.is_empty() {
-            return Err(("spec.agents".into(), "must name at least one agent".into()));
+            return Err(FieldError::spec(
+                "spec.agents",
+                "must name at least one agent",
+            ));
         }
         let rate_limit = compile_rate("spec.rateLimit", spec.rate_limit.as_ref())?;
         check_session(spec.session.as_ref())?;
@@ -71,7 +74,8 @@ impl Policy {
                 .iter()
                 .enumerate()
                 .map(|(j, rule)| {
-                    CompiledRule::compile(rule).map_err(|e| (format!("{at}.rules[{j}].expr"), e))
+                    CompiledRule::compile(rule)
+                        .map_err(|e| FieldError::rule(format!("{at}.rules[{j}].expr"), e))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let approval = match &tool.approval {
@@ -89,7 +93,7 @@ impl Policy {
                 approval,
             };
             if grants.insert(tool.name.clone(), grant).is_some() {
-                return Err((
+                return Err(FieldError::spec(
                     format!("{at}.name"),
                     format!("tool {} is listed twice", tool.name),
                 ));
@@ -97,9 +101,9 @@ impl Policy {
         }
         for (i, method) in spec.mcp_methods.iter().enumerate() {
             if method.starts_with("tools/") {
-                return Err((
+                return Err(FieldError::spec(
                     format!("spec.mcpMethods[{i}]"),
-                    "tools/* is governed per tool through spec.tools".into(),
+                    "tools/* is governed per tool through spec.tools",
                 ));
             }
         }
@@ -132,9 +136,9 @@ fn compile_rate(at: &str, rate: Option<&RateLimit>) -> Result<Option<Quota>, Fie
 /// Zero would refuse every call of every session: almost certainly a typo.
 fn compile_approval(at: &str, spec: &crate::crd::ApprovalSpec) -> Result<Approval, FieldError> {
     if spec.approvers.is_empty() || spec.approvers.iter().any(|g| g.trim().is_empty()) {
-        return Err((
+        return Err(FieldError::spec(
             format!("{at}.approval.approvers"),
-            "must name at least one approver group".into(),
+            "must name at least one approver group",
         ));
     }
     let when = match &spec.when {
@@ -145,15 +149,15 @@ fn compile_approval(at: &str, spec: &crate::crd::ApprovalSpec) -> Result<Approva
                 message: None,
                 recovery: None,
             })
-            .map_err(|e| (format!("{at}.approval.when"), e))?,
+            .map_err(|e| FieldError::rule(format!("{at}.approval.when"), e))?,
         ),
         None => None,
     };
     let ttl = match spec.ttl_seconds {
         Some(0) => {
-            return Err((
+            return Err(FieldError::spec(
                 format!("{at}.approval.ttlSeconds"),
-                "must be positive".into(),
+                "must be positive",
             ))
         }
         Some(seconds) => std::time::Duration::from_secs(seconds),
@@ -171,10 +175,16 @@ fn check_session(session: Option<&SessionLimits>) -> Result<(), FieldError> {
         return Ok(());
     };
     if session.max_calls == Some(0) {
-        return Err(("spec.session.maxCalls".into(), "must be positive".into()));
+        return Err(FieldError::spec(
+            "spec.session.maxCalls",
+            "must be positive",
+        ));
     }
     if session.max_repeats == Some(0) {
-        return Err(("spec.session.maxRepeats".into(), "must be positive".into()));
+        return Err(FieldError::spec(
+            "spec.session.maxRepeats",
+            "must be positive",
+        ));
     }
     Ok(())
 }

@@ -30,60 +30,59 @@ pub struct Contract {
     pub dedupe_key: Option<ActionKey>,
 }
 
-/// A field of the spec that can't be compiled: `(field path, message)`.
-pub type FieldError = (String, String);
+pub use super::fault::FieldError;
 
 impl Contract {
     pub fn compile(object: String, spec: &ToolContractSpec) -> Result<Contract, FieldError> {
         if spec.tool.is_empty() {
-            return Err(("spec.tool".into(), "must not be empty".into()));
+            return Err(FieldError::spec("spec.tool", "must not be empty"));
         }
         let http = match &spec.http {
             Some(binding) => {
                 let method = Method::from_bytes(binding.method.to_ascii_uppercase().as_bytes())
-                    .map_err(|_| {
-                        (
-                            "spec.http.method".to_string(),
-                            "not an HTTP method".to_string(),
-                        )
-                    })?;
+                    .map_err(|_| FieldError::spec("spec.http.method", "not an HTTP method"))?;
                 if !binding.path.starts_with('/') {
-                    return Err(("spec.http.path".into(), "must start with /".into()));
+                    return Err(FieldError::spec("spec.http.path", "must start with /"));
                 }
                 Some((method, binding.path.clone()))
             }
             None => None,
         };
-        let input = Schema::compile(&spec.input).map_err(|e| ("spec.input".to_string(), e))?;
+        let input =
+            Schema::compile(&spec.input).map_err(|e| FieldError::schema("spec.input", e))?;
         let output = match &spec.output {
-            Some(raw) => Some(Schema::compile(raw).map_err(|e| ("spec.output".to_string(), e))?),
+            Some(raw) => {
+                Some(Schema::compile(raw).map_err(|e| FieldError::schema("spec.output", e))?)
+            }
             None => None,
         };
         let redact = spec
             .redact
             .iter()
             .enumerate()
-            .map(|(i, p)| Redaction::compile(p).map_err(|e| (format!("spec.redact[{i}]"), e)))
+            .map(|(i, p)| {
+                Redaction::compile(p).map_err(|e| FieldError::spec(format!("spec.redact[{i}]"), e))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let idempotent = spec.idempotent.unwrap_or(match &http {
             Some((method, _)) => !matches!(*method, Method::POST | Method::PATCH),
             None => false,
         });
         let timeout = match spec.timeout_ms {
-            Some(0) => return Err(("spec.timeoutMs".into(), "must be positive".into())),
+            Some(0) => return Err(FieldError::spec("spec.timeoutMs", "must be positive")),
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_TIMEOUT,
         };
         let dedupe_key = match &spec.dedupe_key {
             Some(_) if idempotent => {
-                return Err((
-                    "spec.dedupeKey".into(),
-                    "applies to non-idempotent tools only: set idempotent: false".into(),
+                return Err(FieldError::spec(
+                    "spec.dedupeKey",
+                    "applies to non-idempotent tools only: set idempotent: false",
                 ))
             }
-            Some(source) => {
-                Some(ActionKey::compile(source).map_err(|e| ("spec.dedupeKey".to_string(), e))?)
-            }
+            Some(source) => Some(
+                ActionKey::compile(source).map_err(|e| FieldError::rule("spec.dedupeKey", e))?,
+            ),
             None => None,
         };
         Ok(Contract {

@@ -7,6 +7,7 @@ pub mod action;
 pub mod agent_policy;
 pub mod bindings;
 pub mod contract;
+pub mod fault;
 pub mod parser;
 pub mod quota;
 pub mod reader;
@@ -17,6 +18,7 @@ pub mod schema;
 pub mod snapshot;
 pub mod tool_id;
 
+pub use fault::{Fault, FieldError, Finding};
 pub use reader::SnapshotReader;
 pub use snapshot::{BuildOptions, Snapshot};
 pub use tool_id::ToolId;

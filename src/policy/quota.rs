@@ -21,13 +21,14 @@ impl Quota {
     /// Compiles the `rateLimit` at field path `at`.
     pub fn compile(at: &str, rate: &RateLimit) -> Result<Quota, FieldError> {
         let positive = |field: &str, n: u32| {
-            NonZeroU32::new(n).ok_or_else(|| (format!("{at}.{field}"), "must be positive".into()))
+            NonZeroU32::new(n)
+                .ok_or_else(|| FieldError::spec(format!("{at}.{field}"), "must be positive"))
         };
         let base = match (rate.per_second, rate.per_minute) {
             (Some(_), Some(_)) => {
-                return Err((at.into(), "set perSecond or perMinute, not both".into()))
+                return Err(FieldError::spec(at, "set perSecond or perMinute, not both"))
             }
-            (None, None) => return Err((at.into(), "set perSecond or perMinute".into())),
+            (None, None) => return Err(FieldError::spec(at, "set perSecond or perMinute")),
             (Some(n), None) => governor::Quota::per_second(positive("perSecond", n)?),
             (None, Some(n)) => governor::Quota::per_minute(positive("perMinute", n)?),
         };
@@ -89,9 +90,15 @@ mod tests {
     #[test]
     fn bad_quotas_name_their_field() {
         let err = |r| Quota::compile("spec.rateLimit", &r).unwrap_err();
-        assert_eq!(err(rate(Some(1), Some(1), None)).0, "spec.rateLimit");
-        assert_eq!(err(rate(None, None, Some(3))).0, "spec.rateLimit");
-        assert_eq!(err(rate(Some(0), None, None)).0, "spec.rateLimit.perSecond");
-        assert_eq!(err(rate(None, Some(3), Some(0))).0, "spec.rateLimit.burst");
+        assert_eq!(err(rate(Some(1), Some(1), None)).field, "spec.rateLimit");
+        assert_eq!(err(rate(None, None, Some(3))).field, "spec.rateLimit");
+        assert_eq!(
+            err(rate(Some(0), None, None)).field,
+            "spec.rateLimit.perSecond"
+        );
+        assert_eq!(
+            err(rate(None, Some(3), Some(0))).field,
+            "spec.rateLimit.burst"
+        );
     }
 }

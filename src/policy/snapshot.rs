@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::agent_policy::Policy;
 use super::contract::Contract;
+use super::fault::{Fault, FieldError, Finding};
 use super::routes::Routes;
 pub use super::tool_id::ToolId;
 use crate::crd::{LabelSelector, Manifest, ManifestError, Object};
@@ -44,6 +45,17 @@ impl Snapshot {
         opts: &BuildOptions,
         version: u64,
     ) -> (Snapshot, Vec<ManifestError>) {
+        let (snapshot, findings) = Snapshot::compile(objects, opts, version);
+        (snapshot, findings.into_iter().map(|f| f.error).collect())
+    }
+
+    /// [`Snapshot::build`], with each error's [`Fault`]: what the controller's condition
+    /// reasons are made of.
+    pub fn compile(
+        objects: &[Object],
+        opts: &BuildOptions,
+        version: u64,
+    ) -> (Snapshot, Vec<Finding>) {
         // One large-stack thread parses every rule, not a thread per rule.
         super::parser::with_parser_stack(|| Snapshot::build_here(objects, opts, version))
     }
@@ -52,7 +64,7 @@ impl Snapshot {
         objects: &[Object],
         opts: &BuildOptions,
         version: u64,
-    ) -> (Snapshot, Vec<ManifestError>) {
+    ) -> (Snapshot, Vec<Finding>) {
         let mut sorted: Vec<&Object> = objects
             .iter()
             .filter(|o| selected(o, opts.pod_labels.as_ref()))
@@ -60,11 +72,14 @@ impl Snapshot {
         sorted.sort_by(|a, b| a.key.cmp(&b.key));
 
         let mut errors = Vec::new();
-        let fail = |o: &Object, field: String, message: String| ManifestError {
-            origin: o.origin.clone(),
-            object: Some(format!("{}/{}", o.key.kind, o.key.name)),
-            field: Some(field),
-            message,
+        let fail = |o: &Object, e: FieldError| Finding {
+            error: ManifestError {
+                origin: o.origin.clone(),
+                object: Some(format!("{}/{}", o.key.kind, o.key.name)),
+                field: Some(e.field),
+                message: e.message,
+            },
+            fault: e.fault,
         };
         let mut digest = Sha256::new();
         let mut contracts = Vec::new();
@@ -78,27 +93,28 @@ impl Snapshot {
             digest.update(serde_json::to_vec(spec).unwrap_or_default());
             let contract = match Contract::compile(format!("ToolContract/{}", o.key.name), spec) {
                 Ok(c) => c,
-                Err((field, message)) => {
-                    errors.push(fail(o, field, message));
+                Err(e) => {
+                    errors.push(fail(o, e));
                     continue;
                 }
             };
             if let Some(&ToolId(other)) = by_tool.get(&contract.tool) {
                 let other: &Contract = &contracts[other];
+                let message = format!(
+                    "tool {} is already defined by {}",
+                    contract.tool, other.object
+                );
                 errors.push(fail(
                     o,
-                    "spec.tool".into(),
-                    format!(
-                        "tool {} is already defined by {}",
-                        contract.tool, other.object
-                    ),
+                    FieldError::new(Fault::ToolConflict, "spec.tool", message),
                 ));
                 continue;
             }
             let id = ToolId(contracts.len());
             if let Some((method, path)) = &contract.http {
                 if let Err(message) = routes.insert(method, path, id) {
-                    errors.push(fail(o, "spec.http".into(), message));
+                    let conflict = FieldError::new(Fault::RouteConflict, "spec.http", message);
+                    errors.push(fail(o, conflict));
                     continue;
                 }
             }
@@ -121,19 +137,17 @@ impl Snapshot {
                 opts.allow_shadow,
             ) {
                 Ok(p) => p,
-                Err((field, message)) => {
-                    errors.push(fail(o, field, message));
+                Err(e) => {
+                    errors.push(fail(o, e));
                     continue;
                 }
             };
             for (i, tool) in spec.tools.iter().enumerate() {
                 if !by_tool.contains_key(&tool.name) {
                     policy.grants.remove(&tool.name);
-                    unserved.push(fail(
-                        o,
-                        format!("spec.tools[{i}].name"),
-                        format!("no ToolContract defines tool {}", tool.name),
-                    ));
+                    let field = format!("spec.tools[{i}].name");
+                    let message = format!("no ToolContract defines tool {}", tool.name);
+                    unserved.push(fail(o, FieldError::spec(field, message)).error);
                 }
             }
             if let Some((i, agent)) = spec
@@ -143,11 +157,10 @@ impl Snapshot {
                 .find(|(_, a)| by_agent.contains_key(*a))
             {
                 let other: &Policy = &policies[by_agent[agent]];
-                errors.push(fail(
-                    o,
-                    format!("spec.agents[{i}]"),
-                    format!("agent {agent} is already governed by {}", other.object),
-                ));
+                let message = format!("agent {agent} is already governed by {}", other.object);
+                let conflict =
+                    FieldError::new(Fault::AgentConflict, format!("spec.agents[{i}]"), message);
+                errors.push(fail(o, conflict));
                 continue;
             }
             for agent in &policy.agents {
@@ -311,6 +324,55 @@ spec:
             Some("spec.tools[0].rules[0].expr")
         );
         assert_eq!(errors[0].object.as_deref(), Some("AgentPolicy/ops-bot"));
+    }
+
+    /// Each error says what kind of problem it is, for the controller's reasons.
+    #[test]
+    fn findings_carry_their_fault() {
+        let faults = |text: &str| -> Vec<(Fault, String)> {
+            let (_, findings) = Snapshot::compile(&mk_objects(text), &BuildOptions::default(), 1);
+            findings
+                .into_iter()
+                .map(|f| (f.fault, f.error.field.unwrap_or_default()))
+                .collect()
+        };
+        let schema = READ_LOGS.replace("input: {type: object}", "input: {type: 7}");
+        assert_eq!(
+            faults(&schema)[0],
+            (Fault::InvalidSchema, "spec.input".into())
+        );
+        let rule = READ_LOGS.replace(
+            "{name: read_logs}",
+            "{name: read_logs, approval: {approvers: [a], when: 'args.x >'}}",
+        );
+        let expected = (Fault::InvalidRule, "spec.tools[0].approval.when".into());
+        assert_eq!(faults(&rule), [expected]);
+        let twice = format!(
+            "{READ_LOGS}---{}",
+            READ_LOGS.replace("read-logs}", "again}")
+        );
+        let found = faults(&twice);
+        assert!(
+            found.contains(&(Fault::ToolConflict, "spec.tool".into())),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&(Fault::AgentConflict, "spec.agents[0]".into())),
+            "{found:?}"
+        );
+        let route = format!(
+            "{READ_LOGS}---\n{}",
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ToolContract\nmetadata: {name: b}\nspec: {tool: b, http: {method: GET, path: '/logs/{name}'}}\n"
+        );
+        assert_eq!(faults(&route), [(Fault::RouteConflict, "spec.http".into())]);
+        let quota = READ_LOGS.replace(
+            "agents: [ops-bot]",
+            "agents: [ops-bot]\n  rateLimit: {burst: 2}",
+        );
+        assert_eq!(
+            faults(&quota),
+            [(Fault::InvalidSpec, "spec.rateLimit".into())]
+        );
     }
 
     #[test]

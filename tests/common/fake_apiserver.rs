@@ -7,9 +7,17 @@
 //!   `{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": …}` — every event after `N`
 //!   from the history, then live events; from a compacted `N`, one `ERROR` event carrying a
 //!   `410 Expired` Status (what the API server sends for a too-old resourceVersion).
+//! - the same for every namespace at once: `GET /apis/toolgate.dev/v1alpha1/{plural}`.
+//! - the status subresource, `…/{plural}/{name}/status`: `PATCH` with a JSON merge patch
+//!   and `PUT` of the object with its `resourceVersion` (`409 Conflict` when stale). Like
+//!   the API server, a status write changes only `status`, and an apply only `spec` and
+//!   `metadata`; `metadata.generation` moves with the spec alone.
+//! - `coordination.k8s.io/v1` Leases: `GET`, `POST` (`409 AlreadyExists`) and `PUT` with
+//!   the `resourceVersion` read (`409 Conflict` when another writer came first).
 //! - faults: hold lists or watches (the request waits), end open watches cleanly, cut every
 //!   connection, go down (every connection is reset on accept), compact the history.
-//! - every request is recorded, to check the sidecar needs no more than its Role.
+//! - every request is recorded with the bearer token it carried, to check a client needs
+//!   no more than its Role and to tell two clients apart.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -27,7 +35,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-const PREFIX: &str = "/apis/toolgate.dev/v1alpha1/namespaces/";
+const GROUP_PREFIX: &str = "/apis/toolgate.dev/v1alpha1/";
+const LEASES_PREFIX: &str = "/apis/coordination.k8s.io/v1/namespaces/";
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -37,6 +46,8 @@ pub struct Seen {
     pub method: String,
     pub path: String,
     pub query: BTreeMap<String, String>,
+    /// The bearer token of `Authorization`, if any: which client sent it.
+    pub token: Option<String>,
 }
 
 impl Seen {
@@ -62,6 +73,8 @@ struct State {
     held_lists: BTreeSet<String>,
     watches_held: bool,
     seen: Vec<Seen>,
+    /// (namespace, name) → Lease.
+    leases: BTreeMap<(String, String), Value>,
 }
 
 #[derive(Clone)]
@@ -73,6 +86,7 @@ struct Event {
 }
 
 struct Watch {
+    /// Empty: every namespace.
     namespace: String,
     plural: String,
     lines: mpsc::UnboundedSender<Bytes>,
@@ -144,11 +158,22 @@ impl FakeApiServer {
 
     /// A kubeconfig for `http://ADDR` (no TLS, no credentials) with `namespace` as default.
     pub fn kubeconfig(&self, namespace: &str) -> PathBuf {
-        let path = self.dir.path().join("kubeconfig");
+        self.write_kubeconfig("kubeconfig", namespace, "{}")
+    }
+
+    /// A kubeconfig like [`FakeApiServer::kubeconfig`] whose requests carry the bearer
+    /// `token`, so [`Seen::token`] tells this client's requests from others'.
+    pub fn kubeconfig_as(&self, namespace: &str, token: &str) -> PathBuf {
+        let user = format!("{{token: {token}}}");
+        self.write_kubeconfig(&format!("kubeconfig-{token}"), namespace, &user)
+    }
+
+    fn write_kubeconfig(&self, file: &str, namespace: &str, user: &str) -> PathBuf {
+        let path = self.dir.path().join(file);
         let text = format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: fake\n\
              clusters: [{{name: fake, cluster: {{server: 'http://{}'}}}}]\n\
-             users: [{{name: fake, user: {{}}}}]\n\
+             users: [{{name: fake, user: {user}}}]\n\
              contexts: [{{name: fake, context: {{cluster: fake, user: fake, namespace: {namespace}}}}}]\n",
             self.addr
         );
@@ -176,14 +201,22 @@ impl FakeApiServer {
         let rv = state.rv;
         let key = (namespace.to_string(), plural.clone(), name.clone());
         let previous = state.objects.get(&key).cloned();
+        // With the status subresource, writes to the object leave status alone, and only
+        // a spec change moves the generation.
+        match previous.as_ref().and_then(|p| p.get("status")) {
+            Some(status) => object["status"] = status.clone(),
+            None => drop(object.as_object_mut().unwrap().remove("status")),
+        }
+        let generation = previous.as_ref().map_or(1, |p| {
+            let before = p["metadata"]["generation"].as_u64().unwrap_or(1);
+            before + u64::from(p["spec"] != object["spec"])
+        });
         let meta = &mut object["metadata"];
         meta["namespace"] = json!(namespace);
         meta["resourceVersion"] = json!(rv.to_string());
         meta["uid"] = json!(format!("uid-{namespace}-{plural}-{name}"));
         meta["creationTimestamp"] = json!("2025-01-01T00:00:00Z");
-        meta["generation"] = json!(previous.as_ref().map_or(1, |p| {
-            p["metadata"]["generation"].as_u64().unwrap_or(1) + 1
-        }));
+        meta["generation"] = json!(generation);
         let kind = if previous.is_some() {
             "MODIFIED"
         } else {
@@ -276,6 +309,37 @@ impl FakeApiServer {
         self.state.lock().unwrap().seen.clone()
     }
 
+    /// Writes `status` over the object's, as another client with access to the status
+    /// subresource could; watchers see MODIFIED.
+    pub fn write_status(&self, namespace: &str, kind: &str, name: &str, status: Value) {
+        let key = (namespace.into(), plural_of(kind).into(), name.into());
+        let mut object = self.object(namespace, kind, name);
+        object["status"] = status;
+        let response = write_status(&self.state, key, true, object);
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    /// The object as stored (`Value::Null` when absent).
+    pub fn object(&self, namespace: &str, kind: &str, name: &str) -> Value {
+        let key = (namespace.into(), plural_of(kind).into(), name.into());
+        let state = self.state.lock().unwrap();
+        state.objects.get(&key).cloned().unwrap_or(Value::Null)
+    }
+
+    /// The Lease as stored, if any.
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<Value> {
+        let state = self.state.lock().unwrap();
+        state.leases.get(&(namespace.into(), name.into())).cloned()
+    }
+
+    /// Every status write that was applied (PATCH or PUT answered 200), in order.
+    pub fn status_writes(&self) -> Vec<Seen> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/status") && matches!(r.method.as_str(), "PATCH" | "PUT"))
+            .collect()
+    }
+
     /// How many list requests `kind` received.
     pub fn lists(&self, kind: &str) -> usize {
         let plural = plural_of(kind);
@@ -304,11 +368,15 @@ impl State {
             line: line(kind, object),
         };
         self.watches.retain(|w| {
-            w.namespace != event.namespace
-                || w.plural != event.plural
-                || w.lines.send(event.line.clone()).is_ok()
+            !w.sees(&event.namespace, &event.plural) || w.lines.send(event.line.clone()).is_ok()
         });
         self.history.push(event);
+    }
+}
+
+impl Watch {
+    fn sees(&self, namespace: &str, plural: &str) -> bool {
+        (self.namespace.is_empty() || self.namespace == namespace) && self.plural == plural
     }
 }
 
@@ -332,40 +400,271 @@ fn json_response(code: StatusCode, body: &Value) -> Response<Body> {
     response
 }
 
+/// What a request asks for, by its path.
+enum Target {
+    /// `namespace` empty: every namespace.
+    Collection {
+        namespace: String,
+        plural: String,
+    },
+    Status {
+        namespace: String,
+        plural: String,
+        name: String,
+    },
+    Leases {
+        namespace: String,
+    },
+    Lease {
+        namespace: String,
+        name: String,
+    },
+}
+
+fn target(path: &str) -> Option<Target> {
+    if let Some(rest) = path.strip_prefix(LEASES_PREFIX) {
+        let parts: Vec<&str> = rest.split('/').collect();
+        return match parts[..] {
+            [ns, "leases"] => Some(Target::Leases {
+                namespace: ns.into(),
+            }),
+            [ns, "leases", name] => Some(Target::Lease {
+                namespace: ns.into(),
+                name: name.into(),
+            }),
+            _ => None,
+        };
+    }
+    let parts: Vec<&str> = path.strip_prefix(GROUP_PREFIX)?.split('/').collect();
+    let (namespace, plural, status) = match parts[..] {
+        [plural] => ("", plural, None),
+        ["namespaces", ns, plural] => (ns, plural, None),
+        ["namespaces", ns, plural, name, "status"] => (ns, plural, Some(name)),
+        _ => return None,
+    };
+    kind_of(plural)?;
+    let (namespace, plural) = (namespace.to_string(), plural.to_string());
+    Some(match status {
+        None => Target::Collection { namespace, plural },
+        Some(name) => Target::Status {
+            namespace,
+            plural,
+            name: name.into(),
+        },
+    })
+}
+
 async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let query: BTreeMap<String, String> =
         form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
             .into_owned()
             .collect();
+    let token = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(String::from);
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let seen = Seen {
         method: req.method().to_string(),
         path: path.clone(),
         query: query.clone(),
+        token,
     };
     state.lock().unwrap().seen.push(seen.clone());
-    let target = path
-        .strip_prefix(PREFIX)
-        .and_then(|rest| rest.split_once('/'))
-        .filter(|(_, plural)| kind_of(plural).is_some() && seen.method == "GET");
-    let Some((namespace, plural)) = target else {
-        return json_response(
+    let body = match req.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return json_response(StatusCode::BAD_REQUEST, &status(400, "BadRequest", "body"))
+        }
+    };
+    let not_found = || {
+        json_response(
             StatusCode::NOT_FOUND,
             &status(404, "NotFound", "not served"),
+        )
+    };
+    let method = seen.method.as_str();
+    match (target(&path), method) {
+        (Some(Target::Collection { namespace, plural }), "GET") => {
+            if seen.is_watch() {
+                let from = query
+                    .get("resourceVersion")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                wait_while(&state, |s| s.watches_held).await;
+                watch(&state, namespace, plural, from)
+            } else {
+                wait_while(&state, |s| s.held_lists.contains(&plural)).await;
+                list(&state, &namespace, &plural)
+            }
+        }
+        (
+            Some(Target::Status {
+                namespace,
+                plural,
+                name,
+            }),
+            "PATCH" | "PUT",
+        ) => {
+            let key = (namespace, plural, name);
+            let Ok(sent) = serde_json::from_slice::<Value>(&body) else {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &status(400, "BadRequest", "not JSON"),
+                );
+            };
+            if method == "PATCH" && content_type != "application/merge-patch+json" {
+                let message = format!("only merge patches are served, not {content_type}");
+                return json_response(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    &status(415, "UnsupportedMediaType", &message),
+                );
+            }
+            write_status(&state, key, method == "PUT", sent)
+        }
+        (Some(Target::Lease { namespace, name }), "GET") => {
+            match state.lock().unwrap().leases.get(&(namespace, name)) {
+                Some(lease) => json_response(StatusCode::OK, lease),
+                None => json_response(
+                    StatusCode::NOT_FOUND,
+                    &status(404, "NotFound", "leases not found"),
+                ),
+            }
+        }
+        (Some(Target::Leases { namespace }), "POST") => match serde_json::from_slice(&body) {
+            Ok(lease) => write_lease(&state, namespace, None, lease),
+            Err(_) => json_response(
+                StatusCode::BAD_REQUEST,
+                &status(400, "BadRequest", "not JSON"),
+            ),
+        },
+        (Some(Target::Lease { namespace, name }), "PUT") => match serde_json::from_slice(&body) {
+            Ok(lease) => write_lease(&state, namespace, Some(name), lease),
+            Err(_) => json_response(
+                StatusCode::BAD_REQUEST,
+                &status(400, "BadRequest", "not JSON"),
+            ),
+        },
+        _ => not_found(),
+    }
+}
+
+/// RFC 7386: `patch` merged into `target`; `null` removes a key.
+fn merge(target: &mut Value, patch: &Value) {
+    let Some(patch) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let map = target.as_object_mut().unwrap();
+    for (key, value) in patch {
+        if value.is_null() {
+            map.remove(key);
+        } else {
+            merge(map.entry(key.clone()).or_insert(Value::Null), value);
+        }
+    }
+}
+
+/// A status PATCH (`sent` is the merge patch) or PUT (`sent` is the object): only
+/// `status` changes, the resourceVersion moves, watchers see MODIFIED.
+fn write_status(
+    state: &Mutex<State>,
+    key: (String, String, String),
+    put: bool,
+    sent: Value,
+) -> Response<Body> {
+    let mut state = state.lock().unwrap();
+    let Some(mut object) = state.objects.get(&key).cloned() else {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", "object not found"),
         );
     };
-    let (namespace, plural) = (namespace.to_string(), plural.to_string());
-    if seen.is_watch() {
-        let from = query
-            .get("resourceVersion")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        wait_while(&state, |s| s.watches_held).await;
-        watch(&state, namespace, plural, from)
-    } else {
-        wait_while(&state, |s| s.held_lists.contains(&plural)).await;
-        list(&state, &namespace, &plural)
+    if put {
+        if sent["metadata"]["resourceVersion"] != object["metadata"]["resourceVersion"] {
+            let message = "the object has been modified; please apply your changes to the latest version and try again";
+            return json_response(StatusCode::CONFLICT, &status(409, "Conflict", message));
+        }
+        object["status"] = sent["status"].clone();
+    } else if let Some(patch) = sent.get("status") {
+        merge(&mut object["status"], patch);
     }
+    state.rv += 1;
+    let rv = state.rv;
+    object["metadata"]["resourceVersion"] = json!(rv.to_string());
+    state.objects.insert(key.clone(), object.clone());
+    let (namespace, plural, _) = key;
+    state.record(rv, &namespace, &plural, "MODIFIED", object.clone());
+    json_response(StatusCode::OK, &object)
+}
+
+/// Creates (`name` None) or replaces a Lease, with the API server's optimistic
+/// concurrency: a replace must carry the resourceVersion it read.
+fn write_lease(
+    state: &Mutex<State>,
+    namespace: String,
+    name: Option<String>,
+    mut lease: Value,
+) -> Response<Body> {
+    let mut state = state.lock().unwrap();
+    let Some(lease_name) = name
+        .clone()
+        .or_else(|| lease["metadata"]["name"].as_str().map(String::from))
+    else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &status(400, "BadRequest", "no name"),
+        );
+    };
+    let key = (namespace.clone(), lease_name.clone());
+    match (name.is_some(), state.leases.get(&key)) {
+        (false, Some(_)) => {
+            let message = format!("leases.coordination.k8s.io \"{lease_name}\" already exists");
+            return json_response(
+                StatusCode::CONFLICT,
+                &status(409, "AlreadyExists", &message),
+            );
+        }
+        (true, None) => {
+            return json_response(
+                StatusCode::NOT_FOUND,
+                &status(404, "NotFound", "lease not found"),
+            )
+        }
+        (true, Some(stored))
+            if stored["metadata"]["resourceVersion"] != lease["metadata"]["resourceVersion"] =>
+        {
+            let message = format!("Operation cannot be fulfilled on leases.coordination.k8s.io \"{lease_name}\": the object has been modified; please apply your changes to the latest version and try again");
+            return json_response(StatusCode::CONFLICT, &status(409, "Conflict", &message));
+        }
+        _ => {}
+    }
+    state.rv += 1;
+    let meta = &mut lease["metadata"];
+    meta["name"] = json!(lease_name);
+    meta["namespace"] = json!(namespace);
+    meta["resourceVersion"] = json!(state.rv.to_string());
+    meta["uid"] = json!(format!("uid-lease-{lease_name}"));
+    lease["apiVersion"] = json!("coordination.k8s.io/v1");
+    lease["kind"] = json!("Lease");
+    state.leases.insert(key, lease.clone());
+    let code = if name.is_some() {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    json_response(code, &lease)
 }
 
 async fn wait_while(state: &Mutex<State>, held: impl Fn(&State) -> bool) {
@@ -379,7 +678,7 @@ fn list(state: &Mutex<State>, namespace: &str, plural: &str) -> Response<Body> {
     let items: Vec<Value> = state
         .objects
         .iter()
-        .filter(|((ns, p, _), _)| ns == namespace && p == plural)
+        .filter(|((ns, p, _), _)| (namespace.is_empty() || ns == namespace) && p == plural)
         .map(|(_, o)| o.clone())
         .collect();
     let body = json!({
@@ -398,16 +697,17 @@ fn watch(state: &Mutex<State>, namespace: String, plural: String, from: u64) -> 
         let message = format!("too old resource version: {from} ({})", state.compacted);
         let _ = tx.send(line("ERROR", status(410, "Expired", &message)));
     } else {
-        for event in &state.history {
-            if event.rv > from && event.namespace == namespace && event.plural == plural {
-                let _ = tx.send(event.line.clone());
-            }
-        }
-        state.watches.push(Watch {
+        let watch = Watch {
             namespace,
             plural,
             lines: tx,
-        });
+        };
+        for event in &state.history {
+            if event.rv > from && watch.sees(&event.namespace, &event.plural) {
+                let _ = watch.lines.send(event.line.clone());
+            }
+        }
+        state.watches.push(watch);
     }
     let frames = futures_util::stream::unfold(rx, |mut rx| async move {
         let line = rx.recv().await?;
