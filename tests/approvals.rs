@@ -556,3 +556,186 @@ spec:
     let again = call().await;
     assert_eq!(peer.counts()["create_issue"], 1, "{again}");
 }
+
+/// The MCP contract of the official SDK server's `create_issue`, held for approval for
+/// project OPS: not idempotent, so an approved call's repeats replay its answer.
+const MCP_APPROVAL: &str = "apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: create-issue}
+spec:
+  tool: create_issue
+  input:
+    type: object
+    required: [project_key, title]
+    properties:
+      project_key: {type: string}
+      title: {type: string}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools:
+    - name: create_issue
+      approval: {when: \"args.project_key == 'OPS'\", approvers: [finance-leads]}
+";
+
+/// One raw `tools/call` of create_issue with `params` extended by `extra` (round fields).
+async fn mcp_call(h: &Harness, id: u64, extra: Value) -> Reply {
+    let mut params =
+        json!({"name": "create_issue", "arguments": {"project_key": "OPS", "title": "refund R-9"}});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    h.call(
+        "POST",
+        "/mcp",
+        Some(OPS_TOKEN),
+        &[
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        &body.to_string(),
+    )
+    .await
+}
+
+/// The approval id an MCP answer holds the call under.
+fn held_under(r: &Reply) -> String {
+    assert_eq!(r.status, 200, "{}", r.text);
+    let error = &r.json["result"]["structuredContent"]["error"];
+    assert_eq!(error["code"], "APPROVAL_REQUIRED", "{}", r.text);
+    error["details"][0]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// One approval, one execution: after the approved call ran, the same call sent again
+/// with the round fields of a multi-round call (`inputResponses`, `requestState`) is a
+/// new call that needs approval of its own, never a free re-run; the identical call
+/// replays. Against the official SDK server, with memory and with Redis state.
+#[tokio::test]
+async fn an_approved_call_runs_once_whatever_round_fields_follow() {
+    let redis = redis::available().then_some(Server::start(&[]));
+    let redis = match redis {
+        Some(server) => Some(server.await),
+        None => None,
+    };
+    let mut states = vec![None];
+    states.extend(redis.as_ref().map(|s| Some(s.url())));
+    for state in states {
+        let dir = tempfile::tempdir().unwrap();
+        let peer = peers::Peer::python_server(&["--json-response", "--stateless"], dir.path());
+        let shared = state.is_some();
+        let h = sidecar_for(peer.addr, MCP_APPROVAL.to_string(), move |s| {
+            if let Some(url) = state {
+                s.state.backend = StateBackend::Redis;
+                s.state.redis.url = url;
+                s.state.redis.timeout_ms = 500;
+            }
+        })
+        .await;
+        let ran = || peer.counts()["create_issue"].as_u64().unwrap_or(0);
+        let first = held_under(&mcp_call(&h, 1, json!({})).await);
+        assert_eq!(decide(&h, &first, "approve").await.status, 200);
+        let r = mcp_call(&h, 2, json!({})).await;
+        assert_eq!(r.json["result"]["isError"], false, "{}", r.text);
+        assert_eq!(ran(), 1);
+        // Later rounds and their variants: each a call of its own, each held.
+        let mut seen = vec![first.clone()];
+        for (i, round) in [
+            json!({"inputResponses": {}}),
+            json!({"inputResponses": {"confirm": {"action": "accept"}}}),
+            json!({"requestState": "opaque-1"}),
+            json!({"requestState": "opaque-1", "inputResponses": {}}),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let again = mcp_call(&h, 10 + i as u64, round.clone()).await;
+            let id = held_under(&again);
+            assert!(
+                !seen.contains(&id),
+                "shared={shared} {round}: {}",
+                again.text
+            );
+            seen.push(id);
+            // The same round again: its own pending approval, not a run.
+            assert_eq!(
+                held_under(&mcp_call(&h, 20 + i as u64, round).await),
+                seen[seen.len() - 1]
+            );
+        }
+        assert_eq!(ran(), 1, "shared={shared}: no round ran without approval");
+        // The identical call replays the one execution.
+        let r = mcp_call(&h, 3, json!({})).await;
+        assert_eq!(r.json["result"]["isError"], false, "{}", r.text);
+        assert_eq!(r.header("x-toolgate-replayed"), "true", "{}", r.text);
+        assert_eq!(ran(), 1);
+        let file = h.audit_file();
+        let _dir = h.stop_keeping_files().await;
+        let audit = std::fs::read_to_string(file).unwrap();
+        // The one execution is the one record that names the approval.
+        let calls = audit_calls(&audit);
+        let approved: Vec<_> = calls
+            .iter()
+            .filter(|c| c.get("approval").is_some())
+            .collect();
+        assert_eq!(approved.len(), 1, "shared={shared}: {audit}");
+        assert_eq!(approved[0]["approval"]["id"], first.as_str());
+    }
+}
+
+/// The same over REST: a changed field, another session or agent, an `Idempotency-Key`
+/// each make a new call that needs its own approval; key order and whitespace don't.
+#[tokio::test]
+async fn an_approval_is_matched_only_by_the_call_it_was_made_for() {
+    let (backend, ran) = mk_backend().await;
+    let h = sidecar(&backend, 900, |_| {}).await;
+    let body = r#"{"order_id":"V-1","amount":500}"#;
+    let id = approval_id(&refund(&h, OPS_TOKEN, "s1", body).await);
+    assert_eq!(decide(&h, &id, "approve").await.status, 200);
+    assert_eq!(refund(&h, OPS_TOKEN, "s1", body).await.status, 201);
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    // The same call, spelled differently: a replay of the one run.
+    let same = refund(
+        &h,
+        OPS_TOKEN,
+        "s1",
+        "{ \"amount\": 500, \"order_id\": \"V-1\" }",
+    )
+    .await;
+    assert_eq!(same.status, 201, "{}", same.text);
+    assert_eq!(same.header("x-toolgate-replayed"), "true");
+    let mut ids = vec![id];
+    for variant in [
+        refund(&h, OPS_TOKEN, "s1", r#"{"order_id":"V-1","amount":501}"#).await,
+        refund(
+            &h,
+            OPS_TOKEN,
+            "s1",
+            r#"{"order_id":"V-1","amount":500,"card":"x"}"#,
+        )
+        .await,
+        refund(&h, OPS_TOKEN, "s2", body).await,
+        refund(&h, STRANGER_TOKEN, "s1", body).await,
+        h.call(
+            "POST",
+            "/refunds",
+            Some(OPS_TOKEN),
+            &[("x-toolgate-session", "s1"), ("idempotency-key", "k-1")],
+            body,
+        )
+        .await,
+    ] {
+        let id = approval_id(&variant);
+        assert!(!ids.contains(&id), "{}", variant.text);
+        ids.push(id);
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "no variant ran");
+    h.stop().await;
+}
