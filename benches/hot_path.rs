@@ -18,7 +18,8 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Duration;
 
-use toolgate::audit::record::{args_digest, chain, now, GENESIS};
+use toolgate::audit::privacy::Privacy;
+use toolgate::audit::record::{chain, now, GENESIS};
 use toolgate::audit::{AuditKey, Entry, Record};
 use toolgate::crd::RateLimit;
 use toolgate::limits::dedupe::{Buffered, Settled, Turn};
@@ -153,6 +154,11 @@ fn stages(c: &mut Criterion) {
             }
         })
     });
+    let plain = Privacy::new(None, &[]);
+    let keyed = Privacy::new(
+        toolgate::audit::AuditKey::from_bytes(b"0123456789abcdef0123456789abcdef"),
+        &[],
+    );
     let entry = Entry {
         ts: now(),
         trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
@@ -160,7 +166,7 @@ fn stages(c: &mut Criterion) {
         issuer: Some("tokens".into()),
         session: Some("session-1".into()),
         tool: Some("search_logs".into()),
-        args_digest: Some(args_digest(args.value())),
+        args_digest: Some(plain.args_digest(args.value())),
         args: None,
         decision: "allow",
         code: None,
@@ -174,7 +180,10 @@ fn stages(c: &mut Criterion) {
         replayed: false,
     };
     c.bench_function("audit/args_digest_1k", |b| {
-        b.iter(|| args_digest(black_box(args.value())))
+        b.iter(|| plain.args_digest(black_box(args.value())))
+    });
+    c.bench_function("audit/args_digest_1k_keyed", |b| {
+        b.iter(|| keyed.args_digest(black_box(args.value())))
     });
     let record = Record::Call(Box::new(entry));
     c.bench_function("audit/chain_record", |b| {

@@ -22,9 +22,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Context;
 use clap::Parser;
 use serde_json::{json, Value};
-use toolgate::audit::record::{
-    args_digest, chain, ApprovalRef, Entry, Published, Record, Start, GENESIS,
-};
+use toolgate::audit::record::{chain, ApprovalRef, Entry, Published, Record, Start, GENESIS};
 use toolgate::vocab::Code;
 
 #[derive(Parser)]
@@ -88,6 +86,11 @@ const MIX: [(u64, Kind); 12] = [
 const EPOCH_US: u64 = 1_796_083_200_000_000;
 /// Calls of one session (an agent's conversation).
 const SESSION_CALLS: u64 = 40;
+
+/// The plain (unkeyed) digest call records carry.
+fn args_digest(args: &serde_json::Value) -> String {
+    toolgate::audit::privacy::Privacy::new(None, &[]).args_digest(args)
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();

@@ -55,6 +55,11 @@ impl AuditKey {
         })
     }
 
+    /// The secret itself, for the keyed digests of `privacy`.
+    pub(super) fn secret(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// A public name for the key (the first 8 bytes of its SHA-256, hex), written into
     /// `start` records so an operator knows which key a log needs without seeing it.
     pub fn id(&self) -> String {

@@ -9,6 +9,7 @@
 //! unrecorded; records it could not write are kept (bounded) and retried.
 
 pub mod key;
+pub mod privacy;
 pub mod record;
 pub mod verify;
 mod writer;

@@ -7,10 +7,8 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::key::{link_hash, AuditKey};
-use crate::vocab::canonical_json;
 
 /// The `prev` of the first record of a chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -258,12 +256,6 @@ fn seal(mut body: String, prev: &str, key: Option<&AuditKey>) -> (String, String
     body.push_str(&hash);
     body.push_str("\"}");
     (body, hash)
-}
-
-/// The digest of canonical arguments (sorted keys, no whitespace).
-pub fn args_digest(args: &Value) -> String {
-    let digest = canonical_json::with_text(args, |text| Sha256::digest(text));
-    format!("sha256:{}", hex::encode(digest))
 }
 
 /// Now, as an RFC 3339 timestamp with microseconds.

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::key::{scheme, AuditKey, KeyError};
+use super::privacy::Privacy;
 use super::record::{chain, now, ApprovalEvent, Entry, Published, Record, Start, GENESIS};
 use crate::config::{Audit, OnFailure};
 use crate::telemetry::metrics::Metrics;
@@ -45,6 +46,8 @@ pub struct AuditLog {
     state: Arc<State>,
     fail_closed: bool,
     target: String,
+    /// Keyed digests and header redaction for call records (`None` when the log is off).
+    privacy: Option<Privacy>,
 }
 
 /// What the writer tells the rest of the sidecar, read without waiting on it.
@@ -90,6 +93,7 @@ impl AuditLog {
                 state,
                 fail_closed,
                 target: "off".into(),
+                privacy: None,
             });
         }
         let key = settings
@@ -115,6 +119,7 @@ impl AuditLog {
             key_id: key.as_ref().map(AuditKey::id),
             truncated_bytes: None,
         };
+        let privacy = Privacy::new(key.clone(), &settings.redact_headers);
         let (tx, rx) = mpsc::channel(QUEUE);
         let writer = Writer {
             sink,
@@ -128,12 +133,19 @@ impl AuditLog {
             state,
             fail_closed,
             target: settings.path.clone(),
+            privacy: Some(privacy),
         })
     }
 
     /// Whether records are kept at all (`audit.path` is not `off`).
     pub fn is_on(&self) -> bool {
         self.tx.is_some()
+    }
+
+    /// How call records treat secrets (`argsDigest`, captured headers); `None` when no
+    /// log is kept.
+    pub fn privacy(&self) -> Option<Privacy> {
+        self.privacy.clone()
     }
 
     /// Where records go, for the operator.

@@ -53,6 +53,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("audit.path", Kind::Str),
     ("audit.onFailure", Kind::Str),
     ("audit.keyFile", Kind::Str),
+    ("audit.redactHeaders", Kind::List),
     ("limits.maxBodyBytes", Kind::Num),
     ("limits.headerReadTimeoutMs", Kind::Num),
     ("limits.maxHeaders", Kind::Num),

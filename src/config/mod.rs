@@ -415,6 +415,9 @@ pub struct Audit {
     /// A secret (a mounted Secret's file) that turns the chain's SHA-256 into
     /// HMAC-SHA256, so whoever can write the log without the key can't rebuild it.
     pub key_file: Option<PathBuf>,
+    /// Request headers whose values a record never keeps, besides the credentials
+    /// toolgate always masks (`audit::privacy`).
+    pub redact_headers: Vec<String>,
 }
 
 impl Default for Audit {
@@ -423,6 +426,7 @@ impl Default for Audit {
             path: "stdout".into(),
             on_failure: OnFailure::FailClosed,
             key_file: None,
+            redact_headers: Vec::new(),
         }
     }
 }

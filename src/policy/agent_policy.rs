@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::contract::FieldError;
 use super::quota::Quota;
-use super::rule::{CompiledRule, Reads};
+use super::rule::{CompiledRule, HeaderReads, Reads};
 use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
 
 #[derive(Debug)]
@@ -29,6 +29,8 @@ pub struct Grant {
     /// What the rules (and the approval's `when`) read together: a call converts only
     /// these variables.
     pub reads: Reads,
+    /// The request headers they read together: a call binds (and records) only these.
+    pub headers: HeaderReads,
     pub approval: Option<Approval>,
 }
 
@@ -82,14 +84,18 @@ impl Policy {
                 Some(spec) => Some(compile_approval(&at, spec)?),
                 None => None,
             };
-            let reads = rules
-                .iter()
-                .chain(approval.as_ref().and_then(|a| a.when.as_ref()))
-                .fold(Reads::default(), |all, r| all.union(r.reads));
+            let conditions = || {
+                rules
+                    .iter()
+                    .chain(approval.as_ref().and_then(|a| a.when.as_ref()))
+            };
+            let reads = conditions().fold(Reads::default(), |all, r| all.union(r.reads));
+            let headers = conditions().fold(HeaderReads::None, |all, r| all.union(&r.headers));
             let grant = Grant {
                 rate_limit,
                 rules,
                 reads,
+                headers,
                 approval,
             };
             if grants.insert(tool.name.clone(), grant).is_some() {

@@ -15,6 +15,7 @@ use cel::Value;
 use std::collections::HashSet;
 
 pub use super::bindings::{Bindings, Reads, Scope};
+pub use super::header_reads::HeaderReads;
 use super::parser::parse;
 use crate::crd::Rule;
 use crate::vocab::Recovery;
@@ -53,6 +54,8 @@ pub struct CompiledRule {
     pub reads_task: bool,
     /// The variables it reads: only those are converted for a call.
     pub reads: Reads,
+    /// The request headers it reads: only those are bound (and captured).
+    pub headers: HeaderReads,
     expression: IdedExpr,
 }
 
@@ -117,6 +120,7 @@ impl CompiledRule {
             recovery: rule.recovery,
             reads_task: walk.free.contains("task"),
             reads: Reads::of(walk.free.iter().map(String::as_str)),
+            headers: HeaderReads::of(&expression),
             expression,
         })
     }

@@ -13,7 +13,7 @@ use crate::identity::task::TaskTokens;
 use crate::limits::Ledger;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
-use crate::policy::rule::Bindings;
+use crate::policy::rule::{Bindings, HeaderReads};
 use crate::proxy::stage::authorize::authorize;
 use crate::proxy::stage::rules;
 use crate::proxy::stage::validate::{validate, Arguments};
@@ -70,8 +70,7 @@ pub fn decide(
         )?;
     }
     let args = validate(contract, args)?;
-    let needs_approval = judge(permit.grant, &args, record, |reads| {
-        Inputs {
+    let needs_approval = judge(permit.grant, &args, record, |reads| Inputs {
         agent: reads.agent.then(|| agent.cel_value()),
         task: reads
             .task
@@ -85,9 +84,9 @@ pub fn decide(
             json!({"id": request.session, "calls": calls})
         }),
         request: reads.request.then(|| {
-            json!({"method": request.method, "path": request.path, "headers": visible_headers(request.headers)})
+            let headers = visible_headers(request.headers, &permit.grant.headers);
+            json!({"method": request.method, "path": request.path, "headers": headers})
         }),
-    }
     })?;
     Ok(Decided {
         args,
@@ -195,11 +194,18 @@ fn task_claims(headers: &HeaderMap, agent: &str, tasks: Option<&TaskTokens>) -> 
     tasks?.claims(token.trim(), agent)
 }
 
-/// Request headers as rules see them: lowercase names, text values, no credentials.
-fn visible_headers(headers: &HeaderMap) -> Value {
+/// Request headers as rules see them: lowercase names, text values, only those the
+/// grant's rules read (`HeaderReads`), never the credential or the task token.
+fn visible_headers(headers: &HeaderMap, read: &HeaderReads) -> Value {
     let mut map = Map::new();
+    if *read == HeaderReads::None {
+        return Value::Object(map);
+    }
     for (name, value) in headers {
-        if name == http::header::AUTHORIZATION || name.as_str() == crate::proxy::headers::TASK {
+        if name == http::header::AUTHORIZATION
+            || name.as_str() == crate::proxy::headers::TASK
+            || !read.keeps(name.as_str())
+        {
             continue;
         }
         if let Ok(text) = value.to_str() {

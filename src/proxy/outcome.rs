@@ -10,8 +10,9 @@ use http::{HeaderValue, Response};
 use std::borrow::Cow;
 use std::time::Instant;
 
+use crate::audit::privacy::Privacy;
+use crate::audit::record::now;
 use crate::audit::record::ApprovalRef;
-use crate::audit::record::{args_digest, now};
 use crate::audit::{AuditLog, Entry};
 use crate::policy::contract::Contract;
 use crate::proxy::body::Body;
@@ -45,9 +46,10 @@ pub struct Outcome {
     upstream_status: Option<u16>,
     /// The answer is a duplicate's copy of the first call's (`X-Toolgate-Replayed`).
     replayed: bool,
-    /// An audit log is kept: with `audit.path: off` the record (and the digest of the
-    /// arguments, which only the record uses) is never built.
-    audited: bool,
+    /// The audit log's rules for secrets, when a log is kept: with `audit.path: off` the
+    /// record (and the digest of the arguments, which only the record uses) is never
+    /// built.
+    privacy: Option<Privacy>,
     /// What the span needs of the request, kept only while the span is exported.
     request: Option<Box<conventions::Request>>,
     /// The request's method and scheme, for the conventions' HTTP metric.
@@ -77,8 +79,9 @@ pub struct Outcome {
 const FAILED_OPEN: &str = "failed_open";
 
 impl Outcome {
-    /// A call's outcome from its first moment; `audited`: whether an audit log is kept.
-    pub fn new(span: CallSpan, started: Instant, audited: bool) -> Outcome {
+    /// A call's outcome from its first moment; `privacy`: the audit log's, when one is
+    /// kept ([`AuditLog::privacy`]).
+    pub fn new(span: CallSpan, started: Instant, privacy: Option<Privacy>) -> Outcome {
         Outcome {
             started,
             span,
@@ -96,7 +99,7 @@ impl Outcome {
             policy_version: None,
             upstream_status: None,
             replayed: false,
-            audited,
+            privacy,
             request: None,
             http_method: "_OTHER",
             scheme: "http",
@@ -132,7 +135,7 @@ impl Outcome {
 
     /// Whether the record will be written: the arguments' digest is only needed then.
     pub fn audited(&self) -> bool {
-        self.audited
+        self.privacy.is_some()
     }
 
     /// The session label the request named.
@@ -178,8 +181,8 @@ impl Outcome {
             self.tool_description = contract.description.clone();
         }
         self.tool = Some(tool.to_string());
-        if self.audited {
-            self.args_digest = Some(args_digest(args.value()));
+        if let Some(privacy) = &self.privacy {
+            self.args_digest = Some(privacy.args_digest(args.value()));
         }
         self.span.event(attributes::CLASSIFIED, vec![]);
     }
@@ -283,7 +286,7 @@ impl Outcome {
     pub fn follow_up(&mut self) -> Outcome {
         let trace_id = self.trace_id().to_string();
         let span = std::mem::replace(&mut self.span, CallSpan::detached(trace_id));
-        let mut copy = Outcome::new(span, self.started, self.audited);
+        let mut copy = Outcome::new(span, self.started, self.privacy.clone());
         copy.mcp_method = self.mcp_method.clone();
         copy.call_id = self.call_id.clone();
         copy.request = self.request.clone();
@@ -483,8 +486,12 @@ impl Outcome {
             self.code.map(Code::as_str).unwrap_or(metrics::OK),
             elapsed,
         );
-        if !self.audited {
+        let Some(privacy) = &self.privacy else {
             return;
+        };
+        let mut inputs = self.inputs;
+        if let Some(inputs) = inputs.as_mut() {
+            privacy.redact_inputs(inputs);
         }
         audit
             .record(Entry {
@@ -505,7 +512,7 @@ impl Outcome {
                 state: self.state_failed_open.then_some(FAILED_OPEN),
                 approval: self.approval,
                 replayed: self.replayed,
-                inputs: self.inputs,
+                inputs,
             })
             .await;
     }

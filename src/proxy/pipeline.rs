@@ -58,7 +58,7 @@ fn call(
     started: Instant,
 ) -> detach::Call<Response<Body>> {
     Box::pin(async move {
-        let mut outcome = Outcome::new(span, started, gate.audit.is_on());
+        let mut outcome = Outcome::new(span, started, gate.audit.privacy());
         let response = match process(&gate, request, &mut outcome).await {
             Ok(response) => response,
             Err(reject) => {

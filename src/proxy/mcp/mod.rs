@@ -298,7 +298,7 @@ impl Exchange<'_> {
         let mut outcome = Outcome::new(
             self.gate.tracing.start_call(&self.parts.headers),
             Instant::now(),
-            self.gate.audit.is_on(),
+            self.gate.audit.privacy(),
         );
         outcome.requested(self.parts);
         outcome.identified(self.agent);

@@ -101,6 +101,7 @@ mod tests {
             rate_limit: None,
             rules,
             reads,
+            headers: Default::default(),
             approval: None,
         }
     }

@@ -1,0 +1,141 @@
+//! What a call record may keep of a call's secrets (DESIGN §14, "Secrets stay out of the
+//! record"): the arguments' digest, and the request headers a capturing contract's rules
+//! read.
+//!
+//! - `argsDigest` lets an auditor match a record to a call without the log holding the
+//!   arguments. A plain SHA-256 of low-entropy arguments (`{"month":"2025-07"}`) is
+//!   recovered by hashing a few hundred guesses, so with `audit.keyFile` it is
+//!   HMAC-SHA256 under that key (in its own domain, so it is never a chain link):
+//!   `hmac-sha256:<hex>`. Without a key it stays `sha256:<hex>`.
+//! - Headers a rule read are captured for `toolgate replay`, but never the value of a
+//!   credential: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
+//!   `X-Api-Key`, the task token, and whatever `audit.redactHeaders` names become
+//!   `REDACTED`. Which headers are captured at all is the policy's business: only those
+//!   its rules reference (`policy::header_reads`).
+
+use hmac::{Hmac, Mac};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::key::AuditKey;
+use crate::vocab::canonical_json;
+
+/// Headers whose values are credentials, whatever the settings say.
+pub const SECRET_HEADERS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    // The task token (`X-Toolgate-Task`), named here: the audit log sits below `proxy`.
+    "x-toolgate-task",
+];
+
+/// What a captured header's value becomes when it is a secret.
+pub const REDACTED: &str = "REDACTED";
+
+/// The audit log's rules for secrets; cheap to clone (one per call).
+#[derive(Clone, Default)]
+pub struct Privacy(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    key: Option<AuditKey>,
+    headers: HashSet<String>,
+}
+
+impl Privacy {
+    /// Under `key` (`audit.keyFile`), redacting `redact_headers` besides the credentials.
+    pub fn new(key: Option<AuditKey>, redact_headers: &[String]) -> Privacy {
+        let headers = SECRET_HEADERS
+            .iter()
+            .map(|h| h.to_string())
+            .chain(redact_headers.iter().map(|h| h.trim().to_ascii_lowercase()))
+            .collect();
+        Privacy(Arc::new(Inner { key, headers }))
+    }
+
+    /// The digest of canonical arguments (sorted keys, no whitespace): keyed when the
+    /// log is.
+    pub fn args_digest(&self, args: &Value) -> String {
+        match &self.0.key {
+            None => {
+                let digest = canonical_json::with_text(args, |text| Sha256::digest(text));
+                format!("sha256:{}", hex::encode(digest))
+            }
+            Some(key) => {
+                // new_from_slice takes a key of any length; the error arm can't happen.
+                let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key.secret()) else {
+                    return String::new();
+                };
+                mac.update(b"toolgate argsDigest v1\n");
+                canonical_json::with_text(args, |text| mac.update(text));
+                format!("hmac-sha256:{}", hex::encode(mac.finalize().into_bytes()))
+            }
+        }
+    }
+
+    /// Masks the secret headers of a record's `inputs` (`request.headers`).
+    pub fn redact_inputs(&self, inputs: &mut Value) {
+        let Some(headers) = inputs
+            .pointer_mut("/request/headers")
+            .and_then(Value::as_object_mut)
+        else {
+            return;
+        };
+        for (name, value) in headers.iter_mut() {
+            if self.0.headers.contains(name.as_str()) {
+                *value = Value::String(REDACTED.into());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_keyed_digest_depends_on_the_key_and_not_on_key_order() {
+        let plain = Privacy::new(None, &[]);
+        let a = Privacy::new(AuditKey::from_bytes(b"0123456789abcdef0123"), &[]);
+        let b = Privacy::new(AuditKey::from_bytes(b"0123456789abcdef0124"), &[]);
+        let args = json!({"month": "2025-07", "n": 1});
+        let reordered: Value = serde_json::from_str(r#"{"n":1,"month":"2025-07"}"#).unwrap();
+        assert!(plain.args_digest(&args).starts_with("sha256:"));
+        assert!(a.args_digest(&args).starts_with("hmac-sha256:"));
+        assert_eq!(a.args_digest(&args), a.args_digest(&reordered));
+        assert_ne!(a.args_digest(&args), b.args_digest(&args));
+        // Guessing needs the key: the plain digest of the guess is not the keyed one.
+        assert_ne!(
+            a.args_digest(&args).trim_start_matches("hmac-"),
+            plain.args_digest(&args)
+        );
+    }
+
+    #[test]
+    fn credentials_and_named_headers_are_masked() {
+        let privacy = Privacy::new(None, &["X-Session-Token ".into()]);
+        let mut inputs = json!({"request": {"method": "GET", "headers": {
+            "cookie": "sid=1", "x-api-key": "k", "proxy-authorization": "Basic x",
+            "x-session-token": "t", "x-env": "prod"}}});
+        privacy.redact_inputs(&mut inputs);
+        let headers = &inputs["request"]["headers"];
+        for name in [
+            "cookie",
+            "x-api-key",
+            "proxy-authorization",
+            "x-session-token",
+        ] {
+            assert_eq!(headers[name], REDACTED, "{name}");
+        }
+        assert_eq!(headers["x-env"], "prod");
+        // Nothing to mask: untouched.
+        let mut none = json!({"agent": {"id": "a"}});
+        privacy.redact_inputs(&mut none);
+        assert_eq!(none, json!({"agent": {"id": "a"}}));
+    }
+}
