@@ -1389,6 +1389,7 @@ async fn mcp_client_spans_carry_the_mcp_attributes() {
         ("server.port", port_text.as_str()),
         ("url.full", url.as_str()),
         ("http.response.status_code", "200"),
+        ("jsonrpc.request.id", "1"),
     ] {
         assert_eq!(attr(&client, key).as_deref(), Some(value), "{key}");
     }
@@ -1408,6 +1409,39 @@ async fn mcp_client_spans_carry_the_mcp_attributes() {
     assert_eq!(attr(&broken, "error.type").as_deref(), Some("500"));
     assert_eq!(attr(&broken, "gen_ai.tool.name").as_deref(), Some("broken"));
     assert_eq!(broken.status.as_ref().map(|s| s.code), Some(2));
+    h.stop().await;
+}
+
+/// A tool's own error (`isError: true`) marks its call's span `tool_error` whatever the
+/// answer's shape: passed through unread as one JSON body, or as an event stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_error_marks_the_span_whatever_the_answer_shape() {
+    let (collector, _server, _backend, h) = mcp_exporting(|_| {}).await;
+    for (id, tool) in [(1, "fails_softly"), (2, "fails_softly_sse")] {
+        let r = mcp(&h, &tool_call(id, tool, json!({}))).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert!(r.text.contains("\"isError\":true"), "{}", r.text);
+        let name = format!("tools/call {tool}");
+        let span = collector.wait_for(|s| s.kind == 2 && s.name == name).await;
+        assert_eq!(
+            attr(&span, "error.type").as_deref(),
+            Some("tool_error"),
+            "{tool}"
+        );
+        assert_eq!(span.status.as_ref().map(|s| s.code), Some(2), "{tool}");
+        let rpc_id = id.to_string();
+        assert_eq!(
+            attr(&span, "jsonrpc.request.id").as_deref(),
+            Some(rpc_id.as_str())
+        );
+    }
+    // A successful unshaped answer passes through and its span stays OK.
+    let r = mcp(&h, &tool_call(3, "read_logs", json!({}))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let ok = collector
+        .wait_for(|s| s.kind == 2 && s.name == "tools/call read_logs")
+        .await;
+    assert_eq!(attr(&ok, "error.type"), None);
     h.stop().await;
 }
 

@@ -168,6 +168,9 @@ pub struct Outbound<'a> {
     pub route: Option<&'a str>,
     /// MCP: the tool of the `tools/call`.
     pub mcp_tool: Option<&'a str>,
+    /// MCP: the forwarded request's JSON-RPC id (`jsonrpc.request.id`, conditionally
+    /// required on MCP client spans).
+    pub rpc_id: Option<&'a serde_json::Value>,
 }
 
 impl Outbound<'_> {
@@ -204,6 +207,13 @@ impl Outbound<'_> {
             out.push(KeyValue::new("mcp.method.name", "tools/call"));
             out.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
             out.push(KeyValue::new("gen_ai.tool.name", tool.to_string()));
+        }
+        if let Some(id) = self.rpc_id.filter(|id| !id.is_null()) {
+            let id = match id {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            out.push(KeyValue::new("jsonrpc.request.id", id));
         }
         (name, out)
     }

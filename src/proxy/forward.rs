@@ -53,6 +53,8 @@ pub struct Plan<'a> {
     pub parent: &'a CallSpan,
     /// An MCP `tools/call` (its client span and metric are MCP's), or a REST request.
     pub mcp: bool,
+    /// An MCP call's JSON-RPC id as forwarded, for its client span.
+    pub rpc_id: Option<&'a serde_json::Value>,
     /// An idempotent call may be retried where its answer can't yet have been seen (a
     /// failed connect, a 503). MCP sends once: its answer may be a stream already
     /// relayed in part.
@@ -125,6 +127,7 @@ where
         mut exchange,
         parent,
         mcp,
+        rpc_id,
         retry,
         live,
     } = plan;
@@ -155,7 +158,7 @@ where
                 }
             }
         };
-        let span = start_client(gate, parent, contract, &mut exchange, mcp);
+        let span = start_client(gate, parent, contract, &mut exchange, mcp.then_some(rpc_id));
         let sent = Instant::now();
         let response = if retry {
             send_retrying(&gate.upstream, &exchange, contract.timeout).await
@@ -189,7 +192,7 @@ where
     let claim = gate.shared.as_ref().map(|shared| shared.claim_for(call));
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
-        let span = start_client(gate, parent, contract, &mut exchange, mcp);
+        let span = start_client(gate, parent, contract, &mut exchange, mcp.then_some(rpc_id));
         // Boxed: the buffering future is kilobytes (the client exchange and the answer's
         // collection), and this block is moved whole into the task `once::start` spawns.
         let buffered = Box::pin(buffer(
@@ -314,13 +317,16 @@ where
 }
 
 /// The client span of a request about to be sent; its context goes into its headers.
+/// `mcp`: an MCP `tools/call`, with its JSON-RPC id.
 fn start_client(
     gate: &Gate,
     parent: &CallSpan,
     contract: &Contract,
     exchange: &mut Exchange,
-    mcp: bool,
+    mcp: Option<Option<&serde_json::Value>>,
 ) -> ClientSpan {
+    let rpc_id = mcp.flatten();
+    let mcp = mcp.is_some();
     let Exchange {
         method,
         path_and_query,
@@ -337,6 +343,7 @@ fn start_client(
                 .filter(|_| !mcp)
                 .map(|(_, route)| route.as_str()),
             mcp_tool: mcp.then_some(contract.tool.as_str()),
+            rpc_id,
         }
         .span(&gate.upstream)
     };

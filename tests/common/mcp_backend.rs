@@ -251,6 +251,19 @@ async fn call(seen: &Seen, id: &Value, hold: &Arc<Notify>) -> Response<Body> {
         json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}});
     match params["name"].as_str().unwrap_or("") {
         "read_logs" => json_body(200, &logs_result(id)),
+        // The tool's own error, unshaped, in one JSON answer and on an event stream.
+        "fails_softly" => json_body(
+            200,
+            &result(
+                id,
+                json!({"content": [{"type": "text", "text": "no order 7"}], "isError": true}),
+            ),
+        ),
+        "fails_softly_sse" => sse(
+            vec![event(&result(id, json!({"content": [], "isError": true})))],
+            vec![],
+            Hold::Nothing,
+        ),
         // A response whose id is not the request's: clients take it as the answer anyway.
         "stray_id" => sse(
             vec![event(&logs_result(&json!("other")))],

@@ -34,6 +34,7 @@ pub mod reply;
 pub mod session;
 pub mod sse;
 pub mod tool;
+pub mod tool_error;
 
 use bytes::Bytes;
 use http::request::Parts;

@@ -13,6 +13,7 @@
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use super::jsonrpc::Message;
 use super::live::{self, Relayed};
 use super::once;
 use super::reply::{self, Refusal};
+use super::tool_error;
 use super::Exchange;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
@@ -156,6 +158,7 @@ async fn forward_call(
         }
         false => (None, None),
     };
+    let id = message.reply_id();
     let plan = Plan {
         live,
         contract,
@@ -170,13 +173,14 @@ async fn forward_call(
         },
         parent: outcome.span(),
         mcp: true,
+        rpc_id: Some(&id),
         retry: false,
     };
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
     // under its own (once::answer).
-    let id = message.reply_id();
+    let answer_id = id.clone();
     let buffer = move |upstream, exchange, window, max| {
-        once::collect(upstream, exchange, id, window, max, tap)
+        once::collect(upstream, exchange, answer_id, window, max, tap)
     };
     let forwarded = match crate::proxy::forward::forward(ex.gate, plan, buffer).await {
         Ok(forwarded) => forwarded,
@@ -386,8 +390,36 @@ async fn deliver(
             Failure::NotAnAnswer,
             contract,
         ))),
+        // Unread, but watched: a tool's own error still marks the call's span.
+        Shape::Json => Ok(watched(ex, response, outcome)),
         _ => Ok(stream_through(response)),
     }
+}
+
+/// An unshaped JSON answer, streamed through as it arrives while [`tool_error::Scan`]
+/// looks for `result.isError: true`; the call's span ends with the stream and says so.
+fn watched(
+    ex: &Exchange<'_>,
+    response: Response<Incoming>,
+    outcome: &mut Outcome,
+) -> Response<Body> {
+    let (mut parts, incoming) = response.into_parts();
+    clean(&mut parts.headers);
+    let mut follow_up = FollowUp::of(ex.gate, outcome);
+    let mut scan = tool_error::Scan::default();
+    let body = incoming
+        .map_frame(move |frame| {
+            if let Some(data) = frame.data_ref().filter(|_| !scan.found()) {
+                scan.feed(data);
+                if scan.found() {
+                    follow_up.tool_error();
+                }
+            }
+            frame
+        })
+        .map_err(Into::into)
+        .boxed();
+    Response::from_parts(parts, body)
 }
 
 /// The answer to a call of a batch, read whole.

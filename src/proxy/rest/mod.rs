@@ -118,6 +118,7 @@ pub async fn handle(
         exchange,
         parent: outcome.span(),
         mcp: false,
+        rpc_id: None,
         retry: true,
         live: false,
     };
