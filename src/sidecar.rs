@@ -22,7 +22,7 @@ use crate::limits::{Capacity, Clock, Ledger};
 use crate::policy::BuildOptions;
 use crate::proxy::mcp::oauth::ResourceServer;
 use crate::proxy::mcp::origin::Guard;
-use crate::proxy::server::{serve, ConnLimits};
+use crate::proxy::server::{serve, Closes, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{pipeline, Gate};
@@ -169,12 +169,19 @@ impl Sidecar {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let agent_gate = gate.clone();
+        let closes = Closes::into_family(metrics.connections_closed.clone());
+        let agent_limits = ConnLimits {
+            tag_connections: settings.telemetry.otlp_endpoint.is_some(),
+            closes: closes.clone(),
+            ..ConnLimits::from_settings(&settings.limits)
+        };
+        let admin_limits = ConnLimits {
+            closes,
+            ..ConnLimits::admin(agent_limits.write_timeout)
+        };
         let agent = tokio::spawn(serve(
             agent_listener,
-            ConnLimits {
-                tag_connections: settings.telemetry.otlp_endpoint.is_some(),
-                ..ConnLimits::from_settings(&settings.limits)
-            },
+            agent_limits,
             tls,
             move |request| pipeline::serve(agent_gate.clone(), request),
             until_stopped(stopped.clone()),
@@ -188,7 +195,7 @@ impl Sidecar {
         });
         let admin = tokio::spawn(serve(
             admin_listener,
-            ConnLimits::admin(),
+            admin_limits,
             None,
             move |request| {
                 let admin = admin.clone();
