@@ -2,6 +2,10 @@
 //! loaded and, with `audit.onFailure: fail_closed`, the audit log can be written),
 //! `/metrics` (Prometheus text), `/config` (what is being enforced) and the approval
 //! API (`/approvals…`, for approvers; `approvals::api`).
+//!
+//! Every answer carries `Cache-Control: no-store`: readiness, the enforced policy and
+//! approvals are facts of this moment (and approvals are an approver's), never to be
+//! kept by a proxy or a browser.
 
 use http::{header, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -27,6 +31,15 @@ pub struct Admin {
 
 impl Admin {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let mut response = self.route(request).await;
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+        response
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Response<Body> {
         match request.uri().path() {
             "/healthz" => text(StatusCode::OK, "ok\n"),
             path if path == "/approvals" || path.starts_with("/approvals/") => {

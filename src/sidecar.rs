@@ -20,6 +20,7 @@ use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
 use crate::policy::BuildOptions;
+use crate::proxy::anonymous::Anonymous;
 use crate::proxy::mcp::oauth::ResourceServer;
 use crate::proxy::mcp::origin::Guard;
 use crate::proxy::server::{serve, Closes, ConnLimits};
@@ -133,6 +134,12 @@ impl Sidecar {
             )
             .context("approvals")?,
         );
+        let anonymous = Arc::new(Anonymous::new(
+            settings.limits.unauthenticated_per_second,
+            clock.clone(),
+            audit.clone(),
+        ));
+        background.push(tokio::spawn(anonymous.clone().run()));
         let gate = Arc::new(Gate {
             snapshots: control.reader(),
             identity,
@@ -147,13 +154,14 @@ impl Sidecar {
             mcp_origins: Guard::new(&settings.mcp.allowed_origins, &settings.mcp.allowed_hosts)
                 .map_err(anyhow::Error::msg)
                 .context("mcp")?,
-            ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
+            ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock.clone()),
             shared,
             approvals,
             oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
             mcp_sessions: Default::default(),
             mcp_pending: Default::default(),
             stragglers: Default::default(),
+            anonymous,
         });
 
         let agent_listener = TcpListener::bind(settings.listen)
@@ -241,6 +249,8 @@ impl Sidecar {
         for task in self.background {
             task.abort();
         }
+        // The last second's suppressed answers, counted but not yet recorded.
+        self.gate.anonymous.flush().await;
         self.gate.audit.flush().await;
         let audit = self.gate.audit.status();
         tracing::info!(

@@ -98,6 +98,9 @@ mod tests {
         assert_eq!(linger(server, mk_linger(1 << 20)).await, 0);
         let took = started.elapsed();
         assert!(took >= Duration::from_millis(100), "{took:?}");
-        assert!(took < Duration::from_secs(2), "one idle wait, not the whole time: {took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "one idle wait, not the whole time: {took:?}"
+        );
     }
 }
