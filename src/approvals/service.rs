@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::approvers::ApproverIdentity;
 use super::ask::{self, Transition};
-use super::memory::MemoryStore;
+use super::memory::{Bounds, MemoryStore};
 use super::notify::Notifier;
 use super::shared::SharedApprovals;
 use super::store::Store;
@@ -35,11 +35,13 @@ impl Approvals {
         audit: AuditLog,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Approvals> {
+        let bounds = Bounds {
+            count: settings.max_pending,
+            bytes: settings.max_pending_bytes,
+        };
         let store = match shared {
-            Some(shared) => Store::Shared(SharedApprovals(shared)),
-            None => Store::Memory(MemoryStore::new(
-                usize::try_from(settings.max_pending).unwrap_or(usize::MAX),
-            )),
+            Some(shared) => Store::Shared(SharedApprovals::new(shared, bounds)),
+            None => Store::Memory(MemoryStore::new(bounds)),
         };
         let approvers = ApproverIdentity::load(&settings.approvers)
             .map_err(|e| anyhow::anyhow!("approvals.approvers: {e}"))?;
