@@ -420,7 +420,26 @@ async fn each_new_pending_approval_is_notified_and_a_dead_receiver_blocks_nothin
     assert_eq!(got.len(), 1, "one notification per new approval: {got:?}");
     assert_eq!(got[0]["approval"]["id"], id.as_str());
     assert_eq!(got[0]["approval"]["status"], "pending");
+    assert_eq!(got[0]["approval"]["arguments"]["amount"], 500);
     assert_ne!(got[0]["approval"]["arguments"]["card"], "4111");
+
+    // Large arguments stay out of the notification (the API shows them): a slow
+    // receiver's queue can't hold megabytes per approval.
+    let large = big_refund("D-2", 100_000);
+    let big_id = approval_id(&refund(&h, OPS_TOKEN, "s1", &large).await);
+    let mut notified = None;
+    for _ in 0..100 {
+        notified = hook.seen.lock().unwrap().get(1).map(|s| s.body.clone());
+        if notified.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let notified: Value = serde_json::from_slice(&notified.expect("notified")).unwrap();
+    assert_eq!(notified["approval"]["id"], big_id.as_str());
+    assert!(notified["approval"]["arguments"].is_null(), "{notified}");
+    assert!(notified.to_string().len() < 4096);
+    assert_eq!(show(&h, &big_id).await.json["arguments"]["order_id"], "D-2");
 
     // A receiver that hangs, and one that refuses: the call is answered at once.
     let (hang, _) = receiver(200, Duration::from_secs(60)).await;

@@ -20,6 +20,24 @@ use crate::state::Shared;
 use crate::telemetry::metrics::{ApprovalLabels, Metrics};
 use crate::vocab::Reject;
 
+/// The largest arguments (as stored) a notification carries. The notification queue
+/// holds up to 1024 approvals while a receiver is slow, so larger arguments are left
+/// out (`null`; `GET /approvals/{id}` shows them) and the queue stays small whatever
+/// the held calls carry.
+pub const NOTIFIED_ARGUMENTS: usize = 16 * 1024;
+
+/// What a new pending approval's notification carries: the `APPROVAL` object, its
+/// arguments only when they are small.
+fn notification(approval: &Approval) -> serde_json::Value {
+    let now = now_ms();
+    if approval.arguments.len() <= NOTIFIED_ARGUMENTS {
+        return approval.view(now);
+    }
+    let mut view = approval.summary(now);
+    view["arguments"] = serde_json::Value::Null;
+    view
+}
+
 pub struct Approvals {
     pub store: Store,
     pub approvers: ApproverIdentity,
@@ -86,7 +104,7 @@ impl Approvals {
             match transition {
                 Transition::Requested(approval) => {
                     if let Some(notifier) = &self.notifier {
-                        notifier.pending(approval.view(now_ms()));
+                        notifier.pending(notification(&approval));
                     }
                     self.note("requested", &approval, Some(trace_id)).await;
                 }
