@@ -122,10 +122,10 @@ impl Anonymous {
         client: Option<ClientAddress>,
         outcome: &mut Outcome,
     ) -> Option<Response<Body>> {
-        let client = Client::of(client?.0);
         if !outcome.is_anonymous() {
             return None;
         }
+        let client = Client::of(client?.0);
         let wait = self.spend(client).err()?;
         self.count(client);
         let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
