@@ -2,6 +2,10 @@
 //! loaded and, with `audit.onFailure: fail_closed`, the audit log can be written),
 //! `/metrics` (Prometheus text), `/config` (what is being enforced) and the approval
 //! API (`/approvals…`, for approvers; `approvals::api`).
+//!
+//! Every answer carries `Cache-Control: no-store`: readiness, the enforced policy and
+//! approvals are facts of this moment (and approvals are an approver's), never to be
+//! kept by a proxy or a browser.
 
 use http::{header, Request, Response, StatusCode};
 use hyper::body::Incoming;
@@ -29,6 +33,15 @@ pub struct Admin {
 
 impl Admin {
     pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let mut response = self.route(request).await;
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+        response
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Response<Body> {
         // As on the agent port: two credentials name no one caller, whichever a reader
         // would take, so the request is refused before any path reads one.
         if credential::repeated(request.headers()) {

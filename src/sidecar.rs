@@ -21,9 +21,10 @@ use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
 use crate::policy::BuildOptions;
+use crate::proxy::anonymous::Anonymous;
 use crate::proxy::mcp::oauth::ResourceServer;
 use crate::proxy::mcp::origin::Guard;
-use crate::proxy::server::{serve, ConnLimits};
+use crate::proxy::server::{serve, Closes, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{pipeline, Gate};
@@ -134,6 +135,12 @@ impl Sidecar {
             )
             .context("approvals")?,
         );
+        let anonymous = Arc::new(Anonymous::new(
+            settings.limits.unauthenticated_per_second,
+            clock.clone(),
+            audit.clone(),
+        ));
+        background.push(tokio::spawn(anonymous.clone().run()));
         let gate = Arc::new(Gate {
             snapshots: control.reader(),
             identity,
@@ -148,12 +155,13 @@ impl Sidecar {
             mcp_origins: Guard::new(&settings.mcp.allowed_origins, &settings.mcp.allowed_hosts)
                 .map_err(anyhow::Error::msg)
                 .context("mcp")?,
-            ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock),
+            ledger: Ledger::new(Capacity::from_settings(&settings.limits), clock.clone()),
             shared,
             approvals,
             mcp_sessions: Default::default(),
             mcp_pending: Default::default(),
             stragglers: Default::default(),
+            anonymous,
         });
 
         let agent_listener = TcpListener::bind(settings.listen)
@@ -169,12 +177,19 @@ impl Sidecar {
             let _ = rx.wait_for(|stop| *stop).await;
         };
         let agent_gate = gate.clone();
+        let closes = Closes::into_family(metrics.connections_closed.clone());
+        let agent_limits = ConnLimits {
+            tag_connections: settings.telemetry.otlp_endpoint.is_some(),
+            closes: closes.clone(),
+            ..ConnLimits::from_settings(&settings.limits)
+        };
+        let admin_limits = ConnLimits {
+            closes,
+            ..ConnLimits::admin(agent_limits.write_timeout)
+        };
         let agent = tokio::spawn(serve(
             agent_listener,
-            ConnLimits {
-                tag_connections: settings.telemetry.otlp_endpoint.is_some(),
-                ..ConnLimits::from_settings(&settings.limits)
-            },
+            agent_limits,
             tls,
             move |request| pipeline::serve(agent_gate.clone(), request),
             until_stopped(stopped.clone()),
@@ -188,7 +203,7 @@ impl Sidecar {
         });
         let admin = tokio::spawn(serve(
             admin_listener,
-            ConnLimits::admin(),
+            admin_limits,
             None,
             move |request| {
                 let admin = admin.clone();
@@ -234,6 +249,8 @@ impl Sidecar {
         for task in self.background {
             task.abort();
         }
+        // The last second's suppressed answers, counted but not yet recorded.
+        self.gate.anonymous.flush().await;
         self.gate.audit.flush().await;
         let audit = self.gate.audit.status();
         tracing::info!(

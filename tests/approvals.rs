@@ -186,10 +186,17 @@ async fn a_held_call_runs_once_after_approval_and_the_audit_log_names_the_approv
     assert_eq!(item["condition"], "args.amount > 100");
     assert_eq!(item["agent"], "ops-bot");
     assert_eq!(item["session"], "s1");
-    assert_eq!(item["arguments"]["amount"], 500);
-    assert_ne!(item["arguments"]["card"], "4111-1111", "{}", listed.text);
+    // A listing never carries arguments; the approval itself shows them, redacted.
+    assert!(item.get("arguments").is_none(), "{}", listed.text);
+    assert!(listed.json["nextCursor"].is_null(), "{}", listed.text);
     let shown = show(&h, &id).await;
     assert_eq!(shown.json["status"], "pending");
+    assert_eq!(shown.json["arguments"]["amount"], 500);
+    assert_ne!(
+        shown.json["arguments"]["card"], "4111-1111",
+        "{}",
+        shown.text
+    );
 
     let approved = api(
         &h,
@@ -413,7 +420,26 @@ async fn each_new_pending_approval_is_notified_and_a_dead_receiver_blocks_nothin
     assert_eq!(got.len(), 1, "one notification per new approval: {got:?}");
     assert_eq!(got[0]["approval"]["id"], id.as_str());
     assert_eq!(got[0]["approval"]["status"], "pending");
+    assert_eq!(got[0]["approval"]["arguments"]["amount"], 500);
     assert_ne!(got[0]["approval"]["arguments"]["card"], "4111");
+
+    // Large arguments stay out of the notification (the API shows them): a slow
+    // receiver's queue can't hold megabytes per approval.
+    let large = big_refund("D-2", 100_000);
+    let big_id = approval_id(&refund(&h, OPS_TOKEN, "s1", &large).await);
+    let mut notified = None;
+    for _ in 0..100 {
+        notified = hook.seen.lock().unwrap().get(1).map(|s| s.body.clone());
+        if notified.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let notified: Value = serde_json::from_slice(&notified.expect("notified")).unwrap();
+    assert_eq!(notified["approval"]["id"], big_id.as_str());
+    assert!(notified["approval"]["arguments"].is_null(), "{notified}");
+    assert!(notified.to_string().len() < 4096);
+    assert_eq!(show(&h, &big_id).await.json["arguments"]["order_id"], "D-2");
 
     // A receiver that hangs, and one that refuses: the call is answered at once.
     let (hang, _) = receiver(200, Duration::from_secs(60)).await;
@@ -738,4 +764,166 @@ async fn an_approval_is_matched_only_by_the_call_it_was_made_for() {
     }
     assert_eq!(ran.load(Ordering::SeqCst), 1, "no variant ran");
     h.stop().await;
+}
+
+// --- Held approvals are bounded in bytes, and listed a page at a time without their
+// arguments (DESIGN §14). ---
+
+/// A sidecar on `state` (memory, or the Redis at the URL) with small bounds:
+/// `max_bytes` of arguments, `max_count` approvals.
+async fn bounded(
+    backend: &Backend,
+    redis: Option<String>,
+    max_count: u64,
+    max_bytes: u64,
+) -> Harness {
+    sidecar(backend, 900, move |s| {
+        s.approvals.max_pending = max_count;
+        s.approvals.max_pending_bytes = max_bytes;
+        if let Some(url) = redis {
+            s.state.backend = StateBackend::Redis;
+            s.state.redis.url = url;
+            s.state.redis.timeout_ms = 500;
+        }
+    })
+    .await
+}
+
+/// A refund held for approval whose arguments are about `bytes` long.
+fn big_refund(order: &str, bytes: usize) -> String {
+    json!({"order_id": order, "amount": 500, "note": "n".repeat(bytes)}).to_string()
+}
+
+async fn bytes_bound_holds(redis: Option<String>) {
+    let (backend, ran) = mk_backend().await;
+    let h = bounded(&backend, redis, 100, 200_000).await;
+    let mut held = Vec::new();
+    for order in ["F-1", "F-2", "F-3"] {
+        held.push(approval_id(
+            &refund(&h, OPS_TOKEN, "s1", &big_refund(order, 60_000)).await,
+        ));
+    }
+    // A fourth would pass 200,000 bytes: refused, retryable, and nothing is dropped.
+    let refused = refund(&h, OPS_TOKEN, "s1", &big_refund("F-4", 60_000)).await;
+    refused.assert_refused("STATE_UNAVAILABLE", 503);
+    assert_eq!(refused.json["error"]["retryable"], true);
+    assert!(refused.text.contains("maxPendingBytes"), "{}", refused.text);
+    for id in &held {
+        assert_eq!(show(&h, id).await.json["status"], "pending");
+    }
+    // The same call again is the same approval, not a new one.
+    let again = refund(&h, OPS_TOKEN, "s1", &big_refund("F-1", 60_000)).await;
+    assert_eq!(approval_id(&again), held[0]);
+    // A small one still fits; then, once one is approved and used, a big one fits again.
+    approval_id(&refund(&h, OPS_TOKEN, "s1", &big_refund("F-5", 100)).await);
+    decide(&h, &held[0], "approve").await;
+    let r = refund(&h, OPS_TOKEN, "s1", &big_refund("F-1", 60_000)).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    approval_id(&refund(&h, OPS_TOKEN, "s1", &big_refund("F-4", 60_000)).await);
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn held_approvals_are_bounded_in_bytes_and_live_ones_are_kept() {
+    bytes_bound_holds(None).await;
+}
+
+#[tokio::test]
+async fn held_approvals_are_bounded_in_bytes_across_pods_with_redis() {
+    if !redis::available() {
+        return;
+    }
+    let server = Server::start(&[]).await;
+    bytes_bound_holds(Some(server.url())).await;
+    // The count bound holds for the Deployment too.
+    let (backend, _) = mk_backend().await;
+    let h = bounded(&backend, Some(server.url()), 2, 1 << 20).await;
+    let r = refund(&h, OPS_TOKEN, "s9", &big_refund("G-1", 10)).await;
+    r.assert_refused("STATE_UNAVAILABLE", 503);
+    assert!(r.text.contains("maxPending"), "{}", r.text);
+    h.stop().await;
+}
+
+/// Every page of `GET /approvals?limit=…` (plus `extra`) as `who`, followed to the end:
+/// the ids listed, in order, and the pages' sizes.
+async fn walk(h: &Harness, who: &str, limit: usize, extra: &str) -> (Vec<String>, Vec<usize>) {
+    let (mut ids, mut sizes) = (Vec::new(), Vec::new());
+    let mut cursor = String::new();
+    loop {
+        let path = format!("/approvals?limit={limit}{extra}{cursor}");
+        let page = api(h, "GET", &path, Some(who), "").await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let items = page.json["approvals"].as_array().unwrap();
+        for item in items {
+            assert!(item.get("arguments").is_none(), "{item}");
+            ids.push(item["id"].as_str().unwrap().to_string());
+        }
+        sizes.push(items.len());
+        match page.json["nextCursor"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => return (ids, sizes),
+        }
+        assert!(sizes.len() < 100, "the pages never end");
+    }
+}
+
+async fn listings_page(redis: Option<String>) {
+    let (backend, _) = mk_backend().await;
+    let h = bounded(&backend, redis, 10_000, 64 << 20).await;
+    let mut created = Vec::new();
+    for i in 0..230 {
+        let body = big_refund(&format!("P-{i}"), 1000);
+        created.push(approval_id(&refund(&h, OPS_TOKEN, "s1", &body).await));
+    }
+    decide(&h, &created[7], "deny").await;
+    let (ids, sizes) = walk(&h, ALICE, 100, "").await;
+    assert_eq!(sizes[..3], [100, 100, 30], "{sizes:?}");
+    // Every approval once (those of one millisecond in id order, newest first).
+    let listed: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(listed.len(), ids.len(), "an approval listed twice");
+    assert!(
+        listed == created.iter().collect(),
+        "listed and created differ"
+    );
+    // The default page is 100; the status filter pages too.
+    let first = api(&h, "GET", "/approvals", Some(ALICE), "").await;
+    assert_eq!(first.json["approvals"].as_array().unwrap().len(), 100);
+    let (pending, _) = walk(&h, ALICE, 50, "&status=pending").await;
+    assert_eq!(pending.len(), 229);
+    let (denied, _) = walk(&h, ALICE, 1000, "&status=denied").await;
+    assert_eq!(denied, [created[7].clone()]);
+    // An approver outside the groups pages through nothing.
+    let (none, _) = walk(&h, MALLORY, 100, "").await;
+    assert!(none.is_empty());
+    for bad in [
+        "?limit=0",
+        "?limit=1001",
+        "?limit=ten",
+        "?cursor=nope",
+        "?cursor=1_a%2Fb",
+    ] {
+        let r = api(&h, "GET", &format!("/approvals{bad}"), Some(ALICE), "").await;
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "MALFORMED_REQUEST"),
+            "{bad}: {}",
+            r.text
+        );
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn listings_page_through_approvals_without_their_arguments() {
+    listings_page(None).await;
+}
+
+#[tokio::test]
+async fn listings_page_through_shared_approvals_without_their_arguments() {
+    if !redis::available() {
+        return;
+    }
+    let server = Server::start(&[]).await;
+    listings_page(Some(server.url())).await;
 }

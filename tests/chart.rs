@@ -727,6 +727,46 @@ sidecar:
     assert!(error.contains("samplerRatio"), "{error}");
 }
 
+/// `sidecar.limits` and `sidecar.approvals` reach every sidecar as the `TOOLGATE_*`
+/// variables its own settings load; null values stay the sidecar's defaults.
+#[test]
+fn connection_and_approval_bounds_reach_every_sidecar() {
+    use toolgate::config::Settings;
+    use toolgate::inject::sidecar::{self, PodFacts};
+
+    let settings = injector_settings(
+        "sidecar: {limits: {writeTimeoutMs: 2500, unauthenticatedPerSecond: 5}, approvals: {maxPendingBytes: 16777216}}",
+    );
+    let pod = PodFacts {
+        upstream_port: 8080,
+        service_name: None,
+    };
+    let vars = sidecar::container(&settings.sidecar, &pod)
+        .env
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)));
+    let loaded = Settings::parse("sidecar", "", vars).unwrap();
+    assert_eq!(loaded.limits.write_timeout_ms, 2500);
+    assert_eq!(loaded.limits.unauthenticated_per_second, 5);
+    assert_eq!(loaded.approvals.max_pending_bytes, 16 << 20);
+    let defaults = injector_settings("sidecar: {limits: {writeTimeoutMs: null}}");
+    assert!(defaults
+        .sidecar
+        .env
+        .keys()
+        .all(|k| !k.starts_with("TOOLGATE_LIMITS_")));
+    // A zero timeout is refused by the chart, before any pod.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = values_file(
+        dir.path(),
+        "bad.yaml",
+        "sidecar: {limits: {writeTimeoutMs: 0}}",
+    );
+    let error = template(Some(&bad)).unwrap_err();
+    assert!(error.contains("writeTimeoutMs"), "{error}");
+}
+
 /// With the memory backend the redis values set nothing: the injector's settings, and so
 /// the Deployment's config checksum, are the default render's, and no pod needs the
 /// password Secret.

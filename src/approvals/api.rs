@@ -2,8 +2,10 @@
 //! credential (`Authorization: Bearer …`); none, or an agent's, is `401`.
 //!
 //! ```text
-//! GET  /approvals[?status=pending]     {"approvals": [APPROVAL, …]}  (those the approver may decide)
-//! GET  /approvals/{id}                 APPROVAL
+//! GET  /approvals[?status=pending][&limit=100][&cursor=…]
+//!                                      {"approvals": [APPROVAL without arguments, …],
+//!                                       "nextCursor": "…" | null}  (those the approver may decide)
+//! GET  /approvals/{id}                 APPROVAL (arguments included)
 //! POST /approvals/{id}/approve         {"reason": "…"} (optional) → the updated APPROVAL
 //! POST /approvals/{id}/deny            {"reason": "…"} → the updated APPROVAL
 //! ```
@@ -14,9 +16,10 @@
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::approvers::Approver;
+use super::page::{Cursor, Query, DEFAULT_LIMIT, MAX_LIMIT};
 use super::service::Approvals;
 use super::{now_ms, DecideError, Decision, Status, MAX_REASON};
 use crate::identity::credential::{self, Presented};
@@ -100,26 +103,50 @@ fn authenticate(approvals: &Approvals, request: &Request<Incoming>) -> Result<Ap
 }
 
 async fn list(approvals: &Approvals, approver: &Approver, query: &str) -> Result<Value, Reject> {
-    let wanted = match form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "status") {
-        Some((_, status)) => Some(Status::parse(&status).ok_or_else(|| {
-            Reject::new(
-                Code::MalformedRequest,
-                format!(
-                    "status must be pending, approved, denied, expired or used, not {status:?}"
-                ),
-            )
-        })?),
-        None => None,
+    let mut page = Query {
+        status: None,
+        groups: approver.groups.clone(),
+        after: None,
+        limit: DEFAULT_LIMIT,
     };
-    let now = now_ms();
-    let all = approvals.store.list().await.map_err(|e| unavailable(&e))?;
-    let shown: Vec<Value> = all
-        .iter()
-        .filter(|a| a.decidable_by(&approver.groups))
-        .filter(|a| wanted.is_none_or(|w| a.status_at(now) == w))
-        .map(|a| a.view(now))
-        .collect();
-    Ok(json!({ "approvals": shown }))
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match key.as_ref() {
+            "status" => {
+                page.status = Some(Status::parse(&value).ok_or_else(|| {
+                    malformed(format!(
+                        "status must be pending, approved, denied, expired or used, not {value:?}"
+                    ))
+                })?)
+            }
+            "limit" => {
+                page.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        malformed(format!(
+                            "limit must be a whole number from 1 to {MAX_LIMIT}"
+                        ))
+                    })?
+            }
+            "cursor" => {
+                page.after = Some(Cursor::parse(&value).ok_or_else(|| {
+                    malformed("cursor must be a nextCursor this API handed out".into())
+                })?)
+            }
+            _ => {}
+        }
+    }
+    let page = approvals
+        .store
+        .page(&page)
+        .await
+        .map_err(|e| unavailable(&e))?;
+    Ok(page.body())
+}
+
+fn malformed(message: String) -> Reject {
+    Reject::new(Code::MalformedRequest, message)
 }
 
 async fn find(approvals: &Approvals, id: &str) -> Result<super::Approval, Reject> {

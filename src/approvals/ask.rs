@@ -39,6 +39,8 @@ pub async fn ask(
     let now = now_ms();
     let mut arguments = args.clone();
     contract.redact.iter().for_each(|r| r.apply(&mut arguments));
+    // Kept as text: what it is counted as (approvals.maxPendingBytes) is what it costs.
+    let arguments = serde_json::to_string(&arguments).unwrap_or_else(|_| "null".into());
     let fresh = Approval {
         id: new_id(),
         status: Status::Pending,

@@ -1,14 +1,17 @@
 //! Approvals in the sidecar's memory (`state.backend: memory`): they live in the pod that
 //! issued them, so they are decided through that pod's admin port.
 //!
-//! Bounded in count (`approvals.maxPending`) and by time: an approval is kept until its
-//! expiry plus [`KEEP_AFTER_MS`] (so a late lookup still finds it, expired), then
-//! dropped. When full even after dropping those, a new approval is refused rather than
-//! an existing one dropped, so no approval a person is looking at vanishes.
+//! Bounded in count (`approvals.maxPending`), in bytes of arguments
+//! (`approvals.maxPendingBytes`) and by time: an approval is kept until its expiry plus
+//! [`KEEP_AFTER_MS`] (so a late lookup still finds it, expired), then dropped. When a new
+//! approval would pass a bound, those past their keep go first, then those no longer
+//! live (expired, used); if it still doesn't fit, the new approval is refused rather
+//! than a live one dropped, so no approval a person is looking at vanishes.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::page::{page_of, Page, Query};
 use super::{Approval, DecideError, Decision, Requested, Status};
 
 /// How long an approval is kept past its expiry, for listings and late lookups.
@@ -18,22 +21,70 @@ pub const KEEP_AFTER_MS: u64 = 3600 * 1000;
 struct Inner {
     by_id: HashMap<String, Approval>,
     by_binding: HashMap<String, String>,
+    /// The arguments' bytes of every approval in `by_id`.
+    bytes: u64,
+}
+
+impl Inner {
+    /// Drops the approvals `keep` refuses, with their bindings and bytes.
+    fn retain(&mut self, keep: impl Fn(&Approval) -> bool) {
+        let Inner {
+            by_id,
+            by_binding,
+            bytes,
+        } = self;
+        by_id.retain(|_, a| {
+            let kept = keep(a);
+            if !kept {
+                *bytes -= a.weight();
+            }
+            kept
+        });
+        by_binding.retain(|_, id| by_id.contains_key(id));
+    }
+
+    fn fits(&self, bounds: &Bounds, weight: u64) -> Result<(), Full> {
+        if self.by_id.len() as u64 >= bounds.count {
+            return Err(Full::Count);
+        }
+        if self.bytes.saturating_add(weight) > bounds.bytes {
+            return Err(Full::Bytes);
+        }
+        Ok(())
+    }
+}
+
+/// What the store may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Approvals, any status.
+    pub count: u64,
+    /// Bytes of arguments, all approvals together.
+    pub bytes: u64,
 }
 
 pub struct MemoryStore {
     inner: Mutex<Inner>,
-    capacity: usize,
+    bounds: Bounds,
 }
 
 /// The store is full: a new approval can't be kept.
-#[derive(Debug)]
-pub struct Full;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// `approvals.maxPending` approvals are kept.
+    Count,
+    /// The new approval's arguments would pass `approvals.maxPendingBytes`.
+    Bytes,
+}
 
 impl MemoryStore {
-    pub fn new(capacity: usize) -> MemoryStore {
+    pub fn new(bounds: Bounds) -> MemoryStore {
         MemoryStore {
             inner: Mutex::default(),
-            capacity: capacity.max(1),
+            bounds: Bounds {
+                count: bounds.count.max(1),
+                bytes: bounds.bytes.max(1),
+            },
         }
     }
 
@@ -52,26 +103,26 @@ impl MemoryStore {
             .get(&fresh.binding)
             .and_then(|id| inner.by_id.get(id))
         {
-            let status = current.status_at(now_ms);
-            let live = matches!(status, Status::Pending | Status::Approved | Status::Denied);
-            if live && now_ms < current.expires_ms {
+            if current.is_live(now_ms) {
                 return Ok(Requested {
                     current: current.clone(),
                     expired: None,
                 });
             }
-            if status == Status::Expired {
+            if current.status_at(now_ms) == Status::Expired {
                 expired = Some(current.clone());
             }
         }
-        if inner.by_id.len() >= self.capacity {
-            let Inner { by_id, by_binding } = &mut *inner;
-            by_id.retain(|_, a| now_ms < a.expires_ms.saturating_add(KEEP_AFTER_MS));
-            by_binding.retain(|_, id| by_id.contains_key(id));
-            if by_id.len() >= self.capacity {
-                return Err(Full);
-            }
+        let weight = fresh.weight();
+        if inner.fits(&self.bounds, weight).is_err() {
+            inner.retain(|a| now_ms < a.expires_ms.saturating_add(KEEP_AFTER_MS));
         }
+        if inner.fits(&self.bounds, weight).is_err() {
+            // Kept only to be looked at: make room before refusing a live call.
+            inner.retain(|a| a.is_live(now_ms));
+        }
+        inner.fits(&self.bounds, weight)?;
+        inner.bytes += weight;
         inner
             .by_binding
             .insert(fresh.binding.clone(), fresh.id.clone());
@@ -98,12 +149,15 @@ impl MemoryStore {
         self.lock().by_id.get(id).cloned()
     }
 
-    /// Approvals, newest first, at most `limit`.
-    pub fn list(&self, limit: usize) -> Vec<Approval> {
-        let mut all: Vec<Approval> = self.lock().by_id.values().cloned().collect();
-        all.sort_by_key(|a| std::cmp::Reverse(a.created_ms));
-        all.truncate(limit);
-        all
+    /// One page of the approvals `query` asks for, as summaries (nothing of their
+    /// arguments is copied).
+    pub fn page(&self, query: &Query, now_ms: u64) -> Page {
+        page_of(self.lock().by_id.values(), query, now_ms)
+    }
+
+    /// Bytes of arguments held.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
     }
 
     pub fn decide(
@@ -133,7 +187,13 @@ impl MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn mk_store(count: u64) -> MemoryStore {
+        MemoryStore::new(Bounds {
+            count,
+            bytes: 1 << 20,
+        })
+    }
 
     fn mk(binding: &str, id: &str, expires_ms: u64) -> Approval {
         Approval {
@@ -142,7 +202,7 @@ mod tests {
             tool: "refund".into(),
             agent: "ops-bot".into(),
             session: None,
-            arguments: json!({"amount": 500}),
+            arguments: r#"{"amount":500}"#.into(),
             condition: "args.amount > 100".into(),
             approvers: vec!["finance".into()],
             created_ms: 0,
@@ -163,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_binding_has_one_live_approval() {
-        let store = MemoryStore::new(10);
+        let store = mk_store(10);
         assert_eq!(store.request(mk("b", "1", 100), 0).unwrap().current.id, "1");
         assert_eq!(
             store.request(mk("b", "2", 100), 50).unwrap().current.id,
@@ -178,7 +238,7 @@ mod tests {
 
     #[test]
     fn approve_once_take_once() {
-        let store = MemoryStore::new(10);
+        let store = mk_store(10);
         store.request(mk("b", "1", 100), 0).unwrap();
         assert!(!store.take("1", 1), "pending can't be taken");
         let decided = store.decide("1", &decision(true), 1).unwrap();
@@ -204,7 +264,7 @@ mod tests {
 
     #[test]
     fn denied_stays_denied_until_it_expires_and_approved_expires() {
-        let store = MemoryStore::new(10);
+        let store = mk_store(10);
         store.request(mk("b", "1", 100), 0).unwrap();
         store.decide("1", &decision(false), 1).unwrap();
         let again = store.request(mk("b", "2", 200), 2).unwrap();
@@ -216,12 +276,47 @@ mod tests {
 
     #[test]
     fn full_refuses_new_rather_than_dropping_live_ones() {
-        let store = MemoryStore::new(2);
+        let store = mk_store(2);
         store.request(mk("a", "1", 100), 0).unwrap();
         store.request(mk("b", "2", 100), 0).unwrap();
-        assert!(store.request(mk("c", "3", 100), 0).is_err());
-        // Long expired ones make room.
-        let later = KEEP_AFTER_MS + 100;
-        assert!(store.request(mk("c", "3", later + 1000), later).is_ok());
+        assert_eq!(
+            store.request(mk("c", "3", 100), 0).unwrap_err(),
+            Full::Count
+        );
+        // Expired ones make room.
+        assert!(store.request(mk("c", "3", 1000), 100).is_ok());
+        assert!(store.get("3").is_some());
+        assert_eq!(store.lock().by_id.len(), 1);
+    }
+
+    #[test]
+    fn bytes_of_arguments_are_bounded_too() {
+        let store = MemoryStore::new(Bounds {
+            count: 100,
+            bytes: 1000,
+        });
+        let big = |binding: &str, id: &str, bytes: usize| Approval {
+            arguments: format!(r#"{{"note":"{}"}}"#, "x".repeat(bytes - 11)),
+            ..mk(binding, id, 100)
+        };
+        store.request(big("a", "1", 600), 0).unwrap();
+        assert_eq!(store.bytes(), 600);
+        assert_eq!(
+            store.request(big("b", "2", 500), 0).unwrap_err(),
+            Full::Bytes
+        );
+        // The same call while pending is the same approval, however large.
+        assert_eq!(
+            store.request(big("a", "9", 600), 1).unwrap().current.id,
+            "1"
+        );
+        store.request(big("b", "2", 400), 0).unwrap();
+        assert_eq!(store.bytes(), 1000);
+        // Used, it no longer needs its room.
+        store.decide("1", &decision(true), 1).unwrap();
+        assert!(store.take("1", 2));
+        store.request(big("c", "3", 600), 3).unwrap();
+        assert_eq!(store.bytes(), 1000);
+        assert!(store.get("1").is_none());
     }
 }

@@ -13,9 +13,15 @@
 //! An approval is bound to the call's one identity (its binding: agent + session + tool +
 //! canonical arguments + the round fields of a multi-round MCP call): any other call —
 //! other arguments, another agent, a later round — is another approval. The store is
-//! in the sidecar's memory (bounded in count and by TTL; approvals live in the pod that
-//! issued them) or, with `state.backend: redis`, in the shared state, where any pod can
-//! decide an approval and any pod runs the approved call.
+//! in the sidecar's memory (approvals live in the pod that issued them) or, with
+//! `state.backend: redis`, in the shared state, where any pod can decide an approval and
+//! any pod runs the approved call. Either way it is bounded in count
+//! (`approvals.maxPending`), in bytes of arguments (`approvals.maxPendingBytes`) and by
+//! time; past a bound a new approval is refused and the live ones are kept.
+//!
+//! Arguments are kept as their JSON text, so a held approval costs about the bytes it
+//! is counted as, and listings ([`page`]) never carry them: `GET /approvals` pages
+//! through summaries, `GET /approvals/{id}` shows one approval whole.
 
 pub mod api;
 pub mod approvers;
@@ -23,6 +29,7 @@ pub mod ask;
 pub mod cli;
 pub mod memory;
 pub mod notify;
+pub mod page;
 pub mod service;
 pub mod shared;
 pub mod store;
@@ -78,8 +85,10 @@ pub struct Approval {
     pub tool: String,
     pub agent: String,
     pub session: Option<String>,
-    /// The validated arguments with the contract's `redact` applied.
-    pub arguments: Value,
+    /// The validated arguments with the contract's `redact` applied, as compact JSON
+    /// text (an object in the serialized form, as before).
+    #[serde(with = "json_text")]
+    pub arguments: String,
     /// The `when` expression that asked for it, or `always`.
     pub condition: String,
     /// The approver groups allowed to decide it (the grant's `approvers`).
@@ -103,15 +112,23 @@ impl Approval {
         }
     }
 
-    /// The API's view of it (docs/approvals.md): the `APPROVAL` object.
+    /// The API's view of it (docs/approvals.md): the `APPROVAL` object, arguments
+    /// included.
     pub fn view(&self, now_ms: u64) -> Value {
+        let mut view = self.summary(now_ms);
+        let arguments = serde_json::from_str(&self.arguments).unwrap_or(Value::Null);
+        view["arguments"] = arguments;
+        view
+    }
+
+    /// The listing's view of it: the `APPROVAL` object without its arguments.
+    pub fn summary(&self, now_ms: u64) -> Value {
         json!({
             "id": self.id,
             "status": self.status_at(now_ms).as_str(),
             "tool": self.tool,
             "agent": self.agent,
             "session": self.session,
-            "arguments": self.arguments,
             "condition": self.condition,
             "approvers": self.approvers,
             "createdAt": rfc3339(self.created_ms),
@@ -119,6 +136,40 @@ impl Approval {
             "decidedBy": self.decided_by,
             "reason": self.reason,
         })
+    }
+
+    /// A copy without its arguments (`null`), for listings; nothing large is copied.
+    pub fn head(&self) -> Approval {
+        Approval {
+            id: self.id.clone(),
+            status: self.status,
+            tool: self.tool.clone(),
+            agent: self.agent.clone(),
+            session: self.session.clone(),
+            arguments: "null".into(),
+            condition: self.condition.clone(),
+            approvers: self.approvers.clone(),
+            created_ms: self.created_ms,
+            expires_ms: self.expires_ms,
+            decided_by: self.decided_by.clone(),
+            reason: self.reason.clone(),
+            binding: self.binding.clone(),
+        }
+    }
+
+    /// What it counts against `approvals.maxPendingBytes`: its arguments as stored.
+    pub fn weight(&self) -> u64 {
+        self.arguments.len() as u64
+    }
+
+    /// Whether it still answers its call: pending, approved or denied, and not past its
+    /// expiry (a denial expires too: the same call then asks anew).
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        let live = matches!(
+            self.status,
+            Status::Pending | Status::Approved | Status::Denied
+        );
+        live && now_ms < self.expires_ms
     }
 
     /// Whether an approver in `groups` may decide it.
@@ -170,3 +221,20 @@ pub struct Decision {
 
 /// The longest `reason` kept; a longer one is refused by the API.
 pub const MAX_REASON: usize = 2048;
+
+/// Arguments kept as JSON text, serialized as the JSON value they hold (so the shared
+/// state's records read the same as before).
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(text: &str, serializer: S) -> Result<S::Ok, S::Error> {
+        let value: Value = serde_json::from_str(text).map_err(serde::ser::Error::custom)?;
+        value.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        serde_json::to_string(&value).map_err(serde::de::Error::custom)
+    }
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::approvers::ApproverIdentity;
 use super::ask::{self, Transition};
-use super::memory::MemoryStore;
+use super::memory::{Bounds, MemoryStore};
 use super::notify::Notifier;
 use super::shared::SharedApprovals;
 use super::store::Store;
@@ -19,6 +19,24 @@ use crate::policy::contract::Contract;
 use crate::state::Shared;
 use crate::telemetry::metrics::{ApprovalLabels, Metrics};
 use crate::vocab::Reject;
+
+/// The largest arguments (as stored) a notification carries. The notification queue
+/// holds up to 1024 approvals while a receiver is slow, so larger arguments are left
+/// out (`null`; `GET /approvals/{id}` shows them) and the queue stays small whatever
+/// the held calls carry.
+pub const NOTIFIED_ARGUMENTS: usize = 16 * 1024;
+
+/// What a new pending approval's notification carries: the `APPROVAL` object, its
+/// arguments only when they are small.
+fn notification(approval: &Approval) -> serde_json::Value {
+    let now = now_ms();
+    if approval.arguments.len() <= NOTIFIED_ARGUMENTS {
+        return approval.view(now);
+    }
+    let mut view = approval.summary(now);
+    view["arguments"] = serde_json::Value::Null;
+    view
+}
 
 pub struct Approvals {
     pub store: Store,
@@ -35,11 +53,13 @@ impl Approvals {
         audit: AuditLog,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Approvals> {
+        let bounds = Bounds {
+            count: settings.max_pending,
+            bytes: settings.max_pending_bytes,
+        };
         let store = match shared {
-            Some(shared) => Store::Shared(SharedApprovals(shared)),
-            None => Store::Memory(MemoryStore::new(
-                usize::try_from(settings.max_pending).unwrap_or(usize::MAX),
-            )),
+            Some(shared) => Store::Shared(SharedApprovals::new(shared, bounds)),
+            None => Store::Memory(MemoryStore::new(bounds)),
         };
         let approvers = ApproverIdentity::load(&settings.approvers)
             .map_err(|e| anyhow::anyhow!("approvals.approvers: {e}"))?;
@@ -74,7 +94,7 @@ impl Approvals {
             match transition {
                 Transition::Requested(approval) => {
                     if let Some(notifier) = &self.notifier {
-                        notifier.pending(approval.view(now_ms()));
+                        notifier.pending(notification(&approval));
                     }
                     self.note("requested", &approval, Some(trace_id)).await;
                 }

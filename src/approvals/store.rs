@@ -1,13 +1,11 @@
 //! Where approvals are kept: the sidecar's memory or the shared state, behind one
 //! interface, so the gate and the API don't care which.
 
-use super::memory::MemoryStore;
-use super::shared::SharedApprovals;
+use super::memory::{Full, MemoryStore};
+use super::page::{Page, Query};
+use super::shared::{Refused, SharedApprovals};
 use super::{now_ms, Approval, DecideError, Decision, Requested};
 use crate::vocab::{Code, Reject};
-
-/// The most approvals a listing returns.
-pub const LIST_LIMIT: usize = 1000;
 
 pub enum Store {
     Memory(MemoryStore),
@@ -19,16 +17,16 @@ impl Store {
     /// can't be kept: the call is refused (nothing runs unapproved).
     pub async fn request(&self, fresh: Approval) -> Result<Requested, Reject> {
         match self {
-            Store::Memory(store) => store.request(fresh, now_ms()).map_err(|_| {
-                Reject::new(
-                    Code::StateUnavailable,
-                    "too many approvals are open (approvals.maxPending); retry once some are decided",
-                )
-            }),
-            Store::Shared(shared) => shared
-                .request_approval(&fresh)
-                .await
-                .map_err(|e| crate::state::unavailable(&e)),
+            Store::Memory(store) => store.request(fresh, now_ms()).map_err(full),
+            Store::Shared(shared) => {
+                shared
+                    .request_approval(&fresh)
+                    .await
+                    .map_err(|refused| match refused {
+                        Refused::Full(why) => full(why),
+                        Refused::Unavailable(e) => crate::state::unavailable(&e),
+                    })
+            }
         }
     }
 
@@ -51,11 +49,11 @@ impl Store {
         }
     }
 
-    /// Approvals, newest first.
-    pub async fn list(&self) -> Result<Vec<Approval>, String> {
+    /// One page of approvals, newest first, without their arguments.
+    pub async fn page(&self, query: &Query) -> Result<Page, String> {
         match self {
-            Store::Memory(store) => Ok(store.list(LIST_LIMIT)),
-            Store::Shared(shared) => shared.list_approvals(LIST_LIMIT).await.map_err(|e| e.0),
+            Store::Memory(store) => Ok(store.page(query, now_ms())),
+            Store::Shared(shared) => shared.page_approvals(query).await.map_err(|e| e.0),
         }
     }
 
@@ -65,4 +63,14 @@ impl Store {
             Store::Shared(shared) => shared.decide_approval(id, decision).await,
         }
     }
+}
+
+/// The refusal of a call whose approval can't be kept: retryable, as decisions and
+/// expiry make room; the approvals already kept stay.
+fn full(why: Full) -> Reject {
+    let message = match why {
+        Full::Count => "too many approvals are held (approvals.maxPending); retry once some are decided",
+        Full::Bytes => "the approvals held would pass approvals.maxPendingBytes with this call's arguments; retry once some are decided",
+    };
+    Reject::new(Code::StateUnavailable, message)
 }

@@ -69,6 +69,22 @@ pub enum Record {
     Policy(Published),
     /// An approval changed: requested, approved, denied, expired or used.
     Approval(ApprovalEvent),
+    /// Requests that named no agent, refused past their address's allowance and counted
+    /// here instead of recorded one by one.
+    Suppressed(Suppressed),
+}
+
+/// The `suppressed` record: within about a second, `count` requests from
+/// `clientAddress` that named no agent were answered `RATE_LIMITED` (past
+/// `limits.unauthenticatedPerSecond`) without a record each. An IPv6 client is named
+/// by its /64, the block one host controls.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Suppressed {
+    #[serde(skip)]
+    pub ts: String,
+    pub client_address: String,
+    pub count: u64,
 }
 
 /// The `approval` record: one transition of a human approval.
@@ -130,6 +146,7 @@ impl Record {
             Record::Start(_) => "start",
             Record::Policy(_) => "policy",
             Record::Approval(_) => "approval",
+            Record::Suppressed(_) => "suppressed",
         }
     }
 
@@ -139,6 +156,7 @@ impl Record {
             Record::Start(start) => &start.ts,
             Record::Policy(published) => &published.ts,
             Record::Approval(event) => &event.ts,
+            Record::Suppressed(suppressed) => &suppressed.ts,
         }
     }
 }
@@ -237,6 +255,13 @@ pub fn chain(record: &Record, seq: u64, prev: &str, key: Option<&AuditKey>) -> (
             seq,
             kind,
             body: event,
+            prev,
+        }),
+        Record::Suppressed(suppressed) => to_json(&Line {
+            ts,
+            seq,
+            kind,
+            body: suppressed,
             prev,
         }),
     };

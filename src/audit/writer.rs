@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::key::{scheme, AuditKey, KeyError};
 use super::privacy::Privacy;
-use super::record::{chain, now, ApprovalEvent, Entry, Published, Record, Start, GENESIS};
+use super::record::{
+    chain, now, ApprovalEvent, Entry, Published, Record, Start, Suppressed, GENESIS,
+};
 use crate::config::{Audit, OnFailure};
 use crate::telemetry::metrics::Metrics;
 
@@ -190,6 +192,16 @@ impl AuditLog {
         if let Some(tx) = &self.tx {
             if tx.send(Msg::Record(Record::Approval(event))).await.is_err() {
                 tracing::error!("audit writer stopped; approval record not written");
+            }
+        }
+    }
+
+    /// Queues a `suppressed` record, waiting when the queue is full (never dropped).
+    pub async fn record_suppressed(&self, suppressed: Suppressed) {
+        if let Some(tx) = &self.tx {
+            let record = Msg::Record(Record::Suppressed(suppressed));
+            if tx.send(record).await.is_err() {
+                tracing::error!("audit writer stopped; suppressed record not written");
             }
         }
     }

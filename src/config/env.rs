@@ -60,6 +60,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.bodyReadTimeoutMs", Kind::Num),
     ("limits.maxResponseBytes", Kind::Num),
     ("limits.maxConnections", Kind::Num),
+    ("limits.writeTimeoutMs", Kind::Num),
+    ("limits.unauthenticatedPerSecond", Kind::Num),
     ("limits.drainTimeoutMs", Kind::Num),
     ("limits.maxRateLimiters", Kind::Num),
     ("limits.maxSessions", Kind::Num),
@@ -76,6 +78,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("approvals.approvers.jwt", Kind::Yaml),
     ("approvals.notifyUrl", Kind::Str),
     ("approvals.maxPending", Kind::Num),
+    ("approvals.maxPendingBytes", Kind::Num),
 ];
 
 /// Variables that start with `TOOLGATE_` but are not settings keys.

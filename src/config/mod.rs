@@ -55,8 +55,12 @@ pub struct Approvals {
     pub approvers: Approvers,
     /// Each new pending approval is POSTed here as JSON (best effort).
     pub notify_url: Option<String>,
-    /// With `state.backend: memory`, the most approvals kept at once.
+    /// The most approvals kept at once (each pod's with `state.backend: memory`, the
+    /// Deployment's with `redis`).
     pub max_pending: u64,
+    /// The most bytes of arguments (as stored: JSON, redacted) the kept approvals may
+    /// hold together; past it, or past `maxPending`, a new approval is refused.
+    pub max_pending_bytes: u64,
 }
 
 impl Default for Approvals {
@@ -65,6 +69,7 @@ impl Default for Approvals {
             approvers: Approvers::default(),
             notify_url: None,
             max_pending: 10_000,
+            max_pending_bytes: 64 << 20,
         }
     }
 }
@@ -443,6 +448,14 @@ pub struct Limits {
     pub max_response_bytes: usize,
     /// Open agent connections at most; further connections wait in the accept backlog.
     pub max_connections: usize,
+    /// A connection whose writes wait this long for its client to read (the client does
+    /// not read the answers it asked for) is closed and its slot freed.
+    pub write_timeout_ms: u64,
+    /// Requests answered before any agent is identified (`UNAUTHENTICATED`, malformed
+    /// framing, bad paths, …) allowed per second per client address (burst: twice
+    /// this); past it they get `RATE_LIMITED` and one `suppressed` audit record per
+    /// address per second instead of one record each.
+    pub unauthenticated_per_second: u32,
     /// How long shutdown waits for in-flight calls.
     pub drain_timeout_ms: u64,
     /// Rate limiters kept (one per agent, and per agent and tool, with a quota).
@@ -479,6 +492,8 @@ impl Default for Limits {
             body_read_timeout_ms: 10_000,
             max_response_bytes: 8 << 20,
             max_connections: 4096,
+            write_timeout_ms: 10_000,
+            unauthenticated_per_second: 20,
             drain_timeout_ms: 15_000,
             // Worst case ~3.5 MB, ~13 MB and ~5 MB resident (examples/limits_memory.rs: one
             // thread, the system allocator; the dedupe table's ~12 MB in a loaded sidecar).
@@ -591,10 +606,17 @@ impl Settings {
                 ));
             }
         }
-        if self.approvals.max_pending == 0 {
+        let bounds = [
+            ("approvals.maxPending", self.approvals.max_pending),
+            (
+                "approvals.maxPendingBytes",
+                self.approvals.max_pending_bytes,
+            ),
+        ];
+        if let Some((field, _)) = bounds.into_iter().find(|(_, bound)| *bound == 0) {
             return Err(file::invalid(
                 origin,
-                "approvals.maxPending".into(),
+                field.into(),
                 "must be positive".into(),
             ));
         }
@@ -650,11 +672,31 @@ impl Limits {
                 "duplicate suppression",
             ),
         ];
-        match tables.into_iter().find(|(_, room, _)| *room == 0) {
-            Some((field, _, what)) => Err(file::invalid(
+        if let Some((field, _, what)) = tables.into_iter().find(|(_, room, _)| *room == 0) {
+            return Err(file::invalid(
                 origin,
                 field.to_string(),
                 format!("must be at least 1: with no room, {what} would never apply"),
+            ));
+        }
+        self.check_connection_limits(origin)
+    }
+
+    /// A zero write timeout would cut every connection off; a zero anonymous rate would
+    /// answer every unidentified request with `RATE_LIMITED`, a 401 included.
+    fn check_connection_limits(&self, origin: &str) -> Result<(), SettingsError> {
+        let positive = [
+            ("limits.writeTimeoutMs", self.write_timeout_ms),
+            (
+                "limits.unauthenticatedPerSecond",
+                u64::from(self.unauthenticated_per_second),
+            ),
+        ];
+        match positive.into_iter().find(|(_, value)| *value == 0) {
+            Some((field, _)) => Err(file::invalid(
+                origin,
+                field.to_string(),
+                "must be at least 1".into(),
             )),
             None => Ok(()),
         }
@@ -691,6 +733,28 @@ mod tests {
         let text = refusal("limits: {maxSessions: 0}");
         assert!(text.contains("limits.maxSessions"), "{text}");
         assert!(text.contains("at least 1"), "{text}");
+    }
+
+    #[test]
+    fn connection_and_approval_bounds_must_be_positive() {
+        let s = Settings::parse("t", "", none()).unwrap();
+        assert_eq!(s.limits.write_timeout_ms, 10_000);
+        assert_eq!(s.limits.unauthenticated_per_second, 20);
+        assert_eq!(s.approvals.max_pending_bytes, 64 << 20);
+        for (text, field) in [
+            ("limits: {writeTimeoutMs: 0}", "limits.writeTimeoutMs"),
+            (
+                "limits: {unauthenticatedPerSecond: 0}",
+                "limits.unauthenticatedPerSecond",
+            ),
+            (
+                "approvals: {maxPendingBytes: 0}",
+                "approvals.maxPendingBytes",
+            ),
+        ] {
+            let refused = refusal(text);
+            assert!(refused.contains(field), "{refused}");
+        }
     }
 
     #[test]

@@ -230,7 +230,16 @@ async fn probes(listener: TcpListener, health: Arc<Health>, mut stop: watch::Rec
     let stopped = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };
-    serve(listener, ConnLimits::admin(), None, handler, stopped).await;
+    serve(
+        listener,
+        ConnLimits::admin(std::time::Duration::from_millis(
+            crate::config::Limits::default().write_timeout_ms,
+        )),
+        None,
+        handler,
+        stopped,
+    )
+    .await;
 }
 
 /// One watcher per kind, over `namespace` or (empty) all namespaces.

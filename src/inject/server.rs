@@ -24,7 +24,7 @@ use super::settings::{InjectSettings, SidecarSettings};
 use super::validate::validate;
 use crate::config::Tls;
 use crate::proxy::body::{full, read_limited, Body, ReadError};
-use crate::proxy::server::{serve, ConnLimits};
+use crate::proxy::server::{serve, Closes, ConnLimits, Linger};
 use crate::tls::TlsConfig;
 
 /// The path the `MutatingWebhookConfiguration` calls.
@@ -70,7 +70,11 @@ impl Injector {
             max_headers_backstop: 100,
             max_connections: 1024,
             drain_timeout: Duration::from_secs(5),
+            // The API server reads its answers; anything else holding a slot is cut off.
+            write_timeout: Duration::from_secs(10),
+            linger: Linger::for_body(MAX_BODY as u64, BODY_DEADLINE),
             tag_connections: false,
+            closes: Closes::default(),
         };
         tracing::info!(%addr, image = %sidecar.image, "toolgate injector listening");
         let listener = tokio::spawn(serve(

@@ -36,4 +36,6 @@ pub struct Gate {
     pub mcp_pending: crate::proxy::mcp::pending::Pending,
     /// Calls finishing after their client left; shutdown waits for them.
     pub stragglers: crate::proxy::detach::Stragglers,
+    /// The per-address allowance of answers that name no agent.
+    pub anonymous: Arc<crate::proxy::anonymous::Anonymous>,
 }

@@ -1,6 +1,7 @@
 //! The data plane: the agent listener and the pipeline every tool call goes through.
 
 pub mod action;
+pub mod anonymous;
 pub mod body;
 pub mod conventions;
 pub mod decide;

@@ -73,6 +73,9 @@ pub struct Outcome {
     /// This outcome counts the request in the conventions' duration histograms; a
     /// streamed call's passes it to its follow-up, which ends with the stream.
     measured: bool,
+    /// An answer naming no agent past its address's allowance (`proxy::anonymous`):
+    /// counted, but no audit record or exported span of its own.
+    suppressed: bool,
 }
 
 /// `toolgate.state` and the audit record's `state` when limits failed open.
@@ -112,6 +115,7 @@ impl Outcome {
             approval: None,
             inputs: None,
             measured: true,
+            suppressed: false,
         }
     }
 
@@ -146,6 +150,16 @@ impl Outcome {
     /// The policy version that decides the call (`None` before the first snapshot).
     pub fn under_policy(&mut self, version: Option<u64>) {
         self.policy_version = version;
+    }
+
+    /// No agent was identified (refused before, or answered without one).
+    pub fn is_anonymous(&self) -> bool {
+        self.agent.is_none()
+    }
+
+    /// Counted in a `suppressed` record instead of one of its own (`proxy::anonymous`).
+    pub fn suppress(&mut self) {
+        self.suppressed = true;
     }
 
     /// The caller is known, and who vouched for it.
@@ -340,7 +354,7 @@ impl Outcome {
         // An unsampled call's span is exported only if it failed (`sampleDenials`):
         // refused, failed by the backend, or failed as its tool saw it.
         let error_type = self.error_type();
-        if !self.span.exports(error_type.is_some()) {
+        if self.suppressed || !self.span.exports(error_type.is_some()) {
             return;
         }
         self.end_span(error_type);
@@ -486,7 +500,7 @@ impl Outcome {
             self.code.map(Code::as_str).unwrap_or(metrics::OK),
             elapsed,
         );
-        let Some(privacy) = &self.privacy else {
+        let Some(privacy) = self.privacy.as_ref().filter(|_| !self.suppressed) else {
             return;
         };
         let mut inputs = self.inputs;

@@ -24,7 +24,7 @@ use crate::proxy::headers;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::path_check::check_path;
 use crate::proxy::render::into_response;
-use crate::proxy::server::AmbiguousFraming;
+use crate::proxy::server::{AmbiguousFraming, ClientAddress};
 use crate::proxy::{mcp, rest};
 use crate::telemetry::spans::CallSpan;
 use crate::vocab::{Code, Reject};
@@ -59,12 +59,19 @@ fn call(
 ) -> detach::Call<Response<Body>> {
     Box::pin(async move {
         let mut outcome = Outcome::new(span, started, gate.audit.privacy());
+        let client = request.extensions().get::<ClientAddress>().copied();
         let response = match process(&gate, request, &mut outcome).await {
             Ok(response) => response,
             Err(reject) => {
                 outcome.refused(&reject);
                 into_response(&reject, outcome.trace_id())
             }
+        };
+        // An answer naming no agent, past its address's allowance, is RATE_LIMITED and
+        // leaves no record of its own (proxy::anonymous).
+        let response = match gate.anonymous.screen(client, &mut outcome) {
+            Some(limited) => limited,
+            None => response,
         };
         outcome.finish(response, &gate.metrics, &gate.audit).await
     })

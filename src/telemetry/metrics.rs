@@ -48,6 +48,12 @@ pub struct StateLabels {
     pub op: &'static str,
 }
 
+/// Why the server closed a connection (`proxy::server::close`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloseLabels {
+    pub reason: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabels {
     pub tool: String,
@@ -110,6 +116,8 @@ pub struct Metrics {
     pub state_duration: Histograms<StateLabels>,
     /// Approval transitions by tool and outcome (requested, approved, denied, expired, used).
     pub approvals: Family<ApprovalLabels, Counter>,
+    /// Connections the server closed, by reason (write timeout, header timeout, …).
+    pub connections_closed: Family<CloseLabels, Counter>,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
     /// The semantic conventions' duration histograms.
@@ -139,6 +147,7 @@ impl Metrics {
         let state_up = Gauge::default();
         let approvals = Family::<ApprovalLabels, Counter>::default();
         let state_errors = Family::<StateLabels, Counter>::default();
+        let connections_closed = Family::<CloseLabels, Counter>::default();
         let state_duration: Histograms<StateLabels> =
             Family::new_with_constructor(latency_histogram);
         // The client appends `_total` to counters, so they are registered without it.
@@ -207,6 +216,11 @@ impl Metrics {
             "Human approvals by tool and outcome: requested, approved, denied, expired, used",
             approvals.clone(),
         );
+        registry.register(
+            "toolgate_connections_closed",
+            "Connections the server closed, by reason: write_timeout (the client did not read its answers), header_timeout, idle_timeout, ambiguous_framing, malformed_request, unread_body",
+            connections_closed.clone(),
+        );
         let conventions = ConventionMetrics::register(&mut registry);
         Metrics {
             registry,
@@ -224,6 +238,7 @@ impl Metrics {
             state_errors,
             state_duration,
             approvals,
+            connections_closed,
             runtime_alive_tasks,
         }
     }

@@ -40,8 +40,13 @@ const ADMIN_VAR: &str = "TOOLGATE_ADMIN_URL";
 const TOKEN_VAR: &str = "TOOLGATE_APPROVER_TOKEN_FILE";
 /// One request, from connecting to the answer's last byte: a person is waiting.
 const TIMEOUT: Duration = Duration::from_secs(10);
-/// A full list of a busy pod (`approvals.maxPending` approvals) fits well within this.
+/// One page of the listing (summaries, no arguments) or one approval (arguments of at
+/// most `limits.maxBodyBytes`) fits well within this.
 const MAX_ANSWER: usize = 64 << 20;
+/// Approvals asked for per page: the API's largest.
+const PAGE: usize = 1000;
+/// Pages followed at most: far more than `approvals.maxPending` approvals.
+const MAX_PAGES: usize = 10_000;
 /// An id stays one path segment however it is spelled; the API matches ids unescaped,
 /// so the characters ids are made of pass as they are.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.');
@@ -175,13 +180,7 @@ async fn execute(
             format,
             admin,
         } => {
-            let path = match status {
-                Some(status) => format!("/approvals?status={}", status.as_str()),
-                None => "/approvals".to_string(),
-            };
-            let answer = Admin::open(&admin, vars)?
-                .send(Method::GET, &path, None)
-                .await?;
+            let answer = list(&Admin::open(&admin, vars)?, status).await?;
             Ok(match format {
                 Format::Json => pretty(&answer),
                 Format::Table => table(&answer, status),
@@ -200,6 +199,36 @@ async fn execute(
         ApprovalsCommand::Approve(args) => decide(args, "approve", vars).await,
         ApprovalsCommand::Deny(args) => decide(args, "deny", vars).await,
     }
+}
+
+/// Every page of the listing, followed to its end, as one `{"approvals": [...]}`.
+async fn list(admin: &Admin, status: Option<Status>) -> Result<serde_json::Value, Failure> {
+    let mut approvals = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query.append_pair("limit", &PAGE.to_string());
+        if let Some(status) = status {
+            query.append_pair("status", status.as_str());
+        }
+        if let Some(cursor) = &cursor {
+            query.append_pair("cursor", cursor);
+        }
+        let path = format!("/approvals?{}", query.finish());
+        let mut answer = admin.send(Method::GET, &path, None).await?;
+        if let Some(page) = answer["approvals"].as_array_mut() {
+            approvals.append(page);
+        }
+        match answer["nextCursor"].as_str() {
+            Some(next) if Some(next) != cursor.as_deref() => cursor = Some(next.to_string()),
+            _ => return Ok(json!({ "approvals": approvals })),
+        }
+    }
+    Err(Failure::Refused {
+        status: 500,
+        code: "UNEXPECTED_ANSWER".into(),
+        message: format!("the listing did not end after {MAX_PAGES} pages"),
+    })
 }
 
 async fn decide(

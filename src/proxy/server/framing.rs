@@ -14,12 +14,8 @@
 //! line (bounded) per connection, and stops following a connection that turns out to
 //! be HTTP/2 or whose framing hyper itself will refuse (hyper closes those).
 
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Longest header line kept; a framing header longer than this is refused, not guessed.
 const MAX_LINE: usize = 8 * 1024;
@@ -62,69 +58,13 @@ impl Tally {
         self.served.load(Ordering::Relaxed)
     }
 
+    /// Whether a request with ambiguous framing arrived on this connection.
+    pub fn saw_ambiguous(&self) -> bool {
+        self.first.load(Ordering::Relaxed) != u64::MAX
+    }
+
     fn record(&self, head: u64) {
         self.first.fetch_min(head, Ordering::Relaxed);
-    }
-}
-
-/// A stream whose inbound bytes are followed by a [`Tracker`].
-pub struct Watched<S> {
-    inner: S,
-    tracker: Tracker,
-}
-
-impl<S> Watched<S> {
-    pub fn new(inner: S, tally: Arc<Tally>) -> Watched<S> {
-        Watched {
-            inner,
-            tracker: Tracker::new(tally),
-        }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            this.tracker.feed(&buf.filled()[before..]);
-        }
-        polled
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -171,6 +111,10 @@ pub struct Tracker {
     line_overlong: bool,
     /// Heads completed so far on this connection.
     heads: u64,
+    /// The connection turned out to be HTTP/2: there are no heads to follow.
+    http2: bool,
+    /// The client closed its side: it sends nothing more.
+    ended: bool,
     tally: Arc<Tally>,
 }
 
@@ -182,8 +126,23 @@ impl Tracker {
             line: Vec::new(),
             line_overlong: false,
             heads: 0,
+            http2: false,
+            ended: false,
             tally,
         }
+    }
+
+    /// The client closed its sending side.
+    pub fn end(&mut self) {
+        self.ended = true;
+    }
+
+    /// Whether the client may still be sending a request the server has not read whole:
+    /// an HTTP/1 connection, not closed by the client, in the middle of a message (or
+    /// past framing it could no longer follow). Closing it now would reset the client
+    /// while it writes; it needs a lingering close.
+    pub fn unfinished(&self) -> bool {
+        !self.http2 && !self.ended && self.state != State::Between
     }
 
     /// Follows the next bytes read from the connection.
@@ -276,6 +235,7 @@ impl Tracker {
             self.head.request_line_done = true;
             // The HTTP/2 preface: hyper switches protocols; there are no more heads.
             if line.starts_with(b"PRI * HTTP/2.0") {
+                self.http2 = true;
                 self.state = State::Off;
             }
         } else if line.is_empty() {
@@ -408,6 +368,26 @@ mod tests {
         assert_eq!(every_step(preface), None);
         let gzip = b"POST /a HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(every_step(gzip), None);
+    }
+
+    #[test]
+    fn a_message_cut_short_is_unfinished_until_the_client_ends() {
+        let mut tracker = Tracker::new(Arc::new(Tally::default()));
+        assert!(!tracker.unfinished());
+        tracker.feed(b"POST /a HTTP/1.1\r\nContent-Length: 10\r\n\r\n1234");
+        assert!(tracker.unfinished(), "six body bytes are still to come");
+        tracker.feed(b"567890");
+        assert!(!tracker.unfinished());
+        tracker.feed(b"GET /b HTT");
+        assert!(tracker.unfinished());
+        tracker.end();
+        assert!(
+            !tracker.unfinished(),
+            "a client that closed sends nothing more"
+        );
+        let mut h2 = Tracker::new(Arc::new(Tally::default()));
+        h2.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        assert!(!h2.unfinished());
     }
 
     #[test]
