@@ -155,8 +155,13 @@ async fn every_401_carries_a_bearer_challenge() {
             .starts_with("Bearer resource_metadata="),
         "{mcp:?}"
     );
+    // Every door of the agent port is the OAuth resource's: REST names the metadata too.
     let rest = h.call("GET", "/logs/orders", None, &[], "").await;
-    assert_eq!(rest.header("www-authenticate"), "Bearer", "{rest:?}");
+    assert_eq!(
+        rest.header("www-authenticate"),
+        mcp.header("www-authenticate"),
+        "{rest:?}"
+    );
     h.stop().await;
 }
 
