@@ -64,6 +64,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.maxSessions", Kind::Num),
     ("limits.sessionIdleSeconds", Kind::Num),
     ("limits.dedupeMaxBytes", Kind::Num),
+    ("limits.maxPolicyFileBytes", Kind::Num),
     ("state.backend", Kind::Str),
     ("state.redis.url", Kind::Str),
     ("state.redis.passwordFile", Kind::Str),

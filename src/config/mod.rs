@@ -435,6 +435,8 @@ pub struct Limits {
     pub session_idle_seconds: u64,
     /// Bytes of in-flight and recent non-idempotent calls kept to answer duplicates.
     pub dedupe_max_bytes: u64,
+    /// Largest policy manifest file read (a larger one is an error, not a load).
+    pub max_policy_file_bytes: u64,
 }
 
 impl Default for Limits {
@@ -455,6 +457,7 @@ impl Default for Limits {
             // Room for one result of `max_response_bytes` (8 MiB) and ~4,000 small ones, or
             // ~13,000 small ones, within the sidecar's 60 MB under load (docs/bench-history.md, item 16).
             dedupe_max_bytes: 12 << 20,
+            max_policy_file_bytes: crate::input::file::DEFAULT_MAX_POLICY_FILE_BYTES,
         }
     }
 }
@@ -613,6 +616,11 @@ impl Limits {
                 "limits.dedupeMaxBytes",
                 self.dedupe_max_bytes,
                 "duplicate suppression",
+            ),
+            (
+                "limits.maxPolicyFileBytes",
+                self.max_policy_file_bytes,
+                "policy files",
             ),
         ];
         match tables.into_iter().find(|(_, room, _)| *room == 0) {

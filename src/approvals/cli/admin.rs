@@ -41,10 +41,12 @@ impl Admin {
                 ))
             })?;
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|error| Failure::TokenFile {
-            path: shown.clone(),
-            error,
-        })?;
+        let text = crate::input::file::read_text(&path, crate::input::file::Bound::SMALL).map_err(
+            |e| Failure::TokenFile {
+                path: shown.clone(),
+                error: std::io::Error::other(e.reason()),
+            },
+        )?;
         let token = text.trim();
         if token.is_empty() {
             return Err(Failure::Usage(format!("the token file {shown} is empty")));
