@@ -76,7 +76,8 @@ fn unquote(raw: &str) -> Result<String, String> {
                     .ok()
                     .filter(|_| hex.len() == digits)
                     .and_then(char::from_u32)
-                    .ok_or(format!("bad escape \\{escaped}{hex}"))?
+                    // Without the digits: the error names the line, not the label's value.
+                    .ok_or(format!("bad escape \\{escaped}"))?
             }
             other => return Err(format!("unknown escape \\{other}")),
         });
