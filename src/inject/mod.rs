@@ -6,11 +6,14 @@
 //! - [`review`] turns an `AdmissionReview` body into a response body, still without I/O,
 //!   so the golden tests and the server run exactly the same code.
 //! - [`server`] is the HTTPS listener; [`settings`] the injector's own settings file.
+//! - [`borrow`] refuses a pod whose own containers could reach the sidecar's volumes or
+//!   Secrets (a mount declared before injection, a `kubectl debug` container after).
 //!
 //! Invariants: injecting an injected pod changes nothing (the sidecar's container name is
 //! the marker); a pod without the annotation, or with `"false"`, is never touched; no
 //! input makes the webhook panic — malformed input is answered, not crashed on.
 
+pub mod borrow;
 pub mod patch;
 pub mod review;
 pub mod server;
