@@ -1,10 +1,13 @@
 //! `toolgate check`: lints manifests offline with the same parser and snapshot build the
-//! sidecar uses, so what passes here loads there.
+//! sidecar uses, so what passes here loads there. It reads files as the sidecar does:
+//! regular files only, bounded, without following symlinks to folders (`check /proc`
+//! ends at once with an error instead of walking every process's filesystem).
 
 use std::path::PathBuf;
 
 use crate::control::files;
 use crate::crd::ManifestError;
+use crate::input::file::DEFAULT_MAX_POLICY_FILE_BYTES;
 use crate::policy::{BuildOptions, Snapshot};
 
 /// What a check found.
@@ -32,7 +35,8 @@ pub fn check(paths: &[PathBuf]) -> Report {
 /// The manifests at `paths` compiled as `check` lints them, and what it found: for a tool
 /// that needs the compiled policy too (`toolgate replay`).
 pub fn compile(paths: &[PathBuf]) -> (Snapshot, Report) {
-    let scan = files::scan(paths);
+    // What a sidecar with the default `limits.maxPolicyFileBytes` would read.
+    let scan = files::scan(paths, DEFAULT_MAX_POLICY_FILE_BYTES);
     let (objects, mut errors) = files::parse(&scan);
     let (mut snapshot, build_errors) = Snapshot::build(&objects, &OPTIONS, 0);
     errors.extend(build_errors);

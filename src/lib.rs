@@ -19,6 +19,7 @@ pub mod demo;
 pub mod fuzzing;
 pub mod identity;
 pub mod inject; // inject (issue 8): the sidecar injector webhook
+pub mod input;
 pub mod limits;
 pub mod policy;
 pub mod proxy;

@@ -119,14 +119,16 @@ enum AuditCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { config } => runtime().and_then(|rt| rt.block_on(run(config))),
+        Command::Run { config } => runtime().and_then(|rt| until_done(rt, run(config))),
         Command::Demo { otlp_endpoint } => {
             runtime().and_then(|rt| rt.block_on(demo(otlp_endpoint)))
         }
         Command::Check { paths, strict } => Ok(check(&paths, strict)),
         Command::Crds { out } => crds(out.as_deref()),
-        Command::Inject { config } => runtime().and_then(|rt| rt.block_on(inject(config))),
-        Command::Controller { config } => runtime().and_then(|rt| rt.block_on(controller(config))),
+        Command::Inject { config } => runtime().and_then(|rt| until_done(rt, inject(config))),
+        Command::Controller { config } => {
+            runtime().and_then(|rt| until_done(rt, controller(config)))
+        }
         Command::Audit {
             command:
                 AuditCommand::Verify {
@@ -195,6 +197,21 @@ fn replay(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// How long, once a server has shut down, work left on the blocking pool may hold the
+/// process: a policy reload stuck reading a file must not keep a stopped sidecar alive
+/// (dropping the runtime would wait for it forever).
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs a server to its end, then stops the runtime without waiting on stuck work.
+fn until_done(
+    rt: tokio::runtime::Runtime,
+    server: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
+    let result = rt.block_on(server);
+    rt.shutdown_timeout(EXIT_GRACE);
+    result
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

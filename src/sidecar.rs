@@ -96,6 +96,7 @@ impl Sidecar {
             background.push(tokio::spawn(files::watch(
                 settings.policies.files.clone(),
                 control.clone(),
+                settings.limits.max_policy_file_bytes,
             )));
         }
         if let Some(cluster) = cluster {
@@ -211,7 +212,7 @@ impl Sidecar {
             },
             until_stopped(stopped),
         ));
-        tracing::info!(%agent_addr, %admin_addr, upstream = %settings.upstream, audit = %gate.audit.target(), "toolgate listening");
+        tracing::info!(%agent_addr, %admin_addr, upstream = %crate::input::url::shown(&settings.upstream), audit = %gate.audit.target(), "toolgate listening");
         Ok(Sidecar {
             agent_addr,
             admin_addr,

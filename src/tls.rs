@@ -1,11 +1,13 @@
 //! TLS and mTLS for a listener (rustls, ring provider). The certificate, key and client
 //! CA are re-read when their files change; a bad edit keeps the previous configuration.
+//! They are read as every file is (regular files, at most 1 MiB), and a PEM error never
+//! quotes the file.
 //!
 //! With a client CA, a client certificate is required and its SAN names the agent: the
 //! SPIFFE URI by default (`tls.agentSan`), so workload identity needs no bearer token.
 
 use arc_swap::ArcSwap;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, ServerConnection};
@@ -16,6 +18,7 @@ use tokio_rustls::TlsAcceptor;
 use x509_parser::extensions::GeneralName;
 
 use crate::config::{AgentSan, Tls};
+use crate::input::file::{read, Bound};
 
 /// The agent a verified client certificate names; put in request extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +59,7 @@ impl TlsConfig {
             [Some(&s.cert), Some(&s.key), s.client_ca.as_ref()]
                 .into_iter()
                 .flatten()
-                .map(|p| std::fs::read(p).ok())
+                .map(|p| read(p, Bound::SMALL).ok())
                 .collect::<Vec<_>>()
         };
         let mut last = read_all(&self.settings);
@@ -83,8 +86,9 @@ impl TlsConfig {
 fn build(settings: &Tls) -> Result<ServerConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = read_certs(&settings.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&settings.key)
-        .map_err(|e| format!("{}: {e}", settings.key.display()))?;
+    let key = read(&settings.key, Bound::SMALL).map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(&key)
+        .map_err(|e| format!("{}: {}", settings.key.display(), pem_error(&e)))?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -111,14 +115,24 @@ fn build(settings: &Tls) -> Result<ServerConfig, String> {
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
+    let pem = read(path, Bound::SMALL).map_err(|e| e.to_string())?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| format!("{}: {}", path.display(), pem_error(&e)))?;
     if certs.is_empty() {
         return Err(format!("{}: no certificate", path.display()));
     }
     Ok(certs)
+}
+
+/// What was wrong with a PEM file, without the line it quotes (the key file's own).
+fn pem_error(error: &pem::Error) -> &'static str {
+    match error {
+        pem::Error::NoItemsFound => "no PEM section of the expected kind",
+        pem::Error::SectionTooLarge => "a PEM section is too large",
+        pem::Error::Base64Decode(_) => "a PEM section is not valid base64",
+        _ => "not a well-formed PEM file",
+    }
 }
 
 /// The SAN of the configured kind: the first SPIFFE URI, URI or DNS name.

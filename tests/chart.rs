@@ -228,6 +228,12 @@ fn check_render(yaml: &str, what: &str) -> Vec<Value> {
     assert_eq!(hook["clientConfig"]["service"]["namespace"], NAMESPACE);
     assert_eq!(hook["rules"][0]["resources"], json!(["pods"]));
     assert_eq!(hook["rules"][0]["operations"], json!(["CREATE"]));
+    // `kubectl debug` containers are reviewed too: they must not mount the sidecar's volumes.
+    assert_eq!(
+        hook["rules"][1]["resources"],
+        json!(["pods/ephemeralcontainers"])
+    );
+    assert_eq!(hook["rules"][1]["operations"], json!(["UPDATE"]));
     let excluded = &hook["namespaceSelector"]["matchExpressions"][1];
     assert_eq!(excluded["operator"], "NotIn");
     assert!(

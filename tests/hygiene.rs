@@ -116,7 +116,10 @@ async fn every_401_carries_a_bearer_challenge() {
     }
     // A token was presented and refused: RFC 6750 says so in the challenge.
     assert_eq!(wrong.status, 401, "{}", wrong.text);
-    assert_eq!(wrong.header("www-authenticate"), r#"Bearer error="invalid_token""#);
+    assert_eq!(
+        wrong.header("www-authenticate"),
+        r#"Bearer error="invalid_token""#
+    );
     // The approval API, on the admin port.
     let uri = format!("{}/approvals", h.admin());
     let r = Reply::read(h.client.get(uri.parse().unwrap()).await.unwrap()).await;

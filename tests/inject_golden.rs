@@ -1,11 +1,12 @@
 //! Golden tests of the injector's decision: every `AdmissionReview` in
 //! `tests/fixtures/inject/` (and its subfolders, each with the `settings.yaml` it is run
 //! with) must produce exactly the JSON Patch in the `.patch.json` beside it (`[]` when the
-//! pod is left alone). Then the patch is applied, and injecting the result again must
-//! change nothing.
+//! pod is left alone), or — for a pod the injector refuses — `allowed: false` with exactly
+//! the message in the `.refusal.txt` beside it. Then the patch is applied, and injecting
+//! the result again must change nothing.
 //!
-//! `TOOLGATE_BLESS=1 cargo test --test inject_golden` rewrites the `.patch.json` files;
-//! review the diff before committing it.
+//! `TOOLGATE_BLESS=1 cargo test --test inject_golden` rewrites the `.patch.json` and
+//! `.refusal.txt` files; review the diff before committing it.
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -46,15 +47,33 @@ fn suites() -> Vec<(PathBuf, Vec<PathBuf>)> {
         .collect()
 }
 
-/// The decoded JSON Patch of a review answer, `[]` when there is none.
-fn patch_of(body: &[u8], settings: &InjectSettings) -> Value {
+/// What the injector answered a review: its JSON Patch (`[]` when there is none), or
+/// the message it refused the pod with.
+enum Answer {
+    Patch(Value),
+    Refused(String),
+}
+
+fn answer_of(body: &[u8], settings: &InjectSettings) -> Answer {
     let answer = review(body, &settings.sidecar);
     assert_eq!(answer.status, 200, "{}", answer.body);
     let response = &answer.body["response"];
+    if response["allowed"] == false {
+        assert_eq!(response["status"]["code"], 400, "{response}");
+        return Answer::Refused(response["status"]["message"].as_str().unwrap().to_string());
+    }
     assert_eq!(response["allowed"], true, "{response}");
-    match response["patch"].as_str() {
+    Answer::Patch(match response["patch"].as_str() {
         Some(b64) => serde_json::from_slice(&BASE64.decode(b64).unwrap()).unwrap(),
         None => Value::Array(vec![]),
+    })
+}
+
+/// The decoded JSON Patch of a review answer, `[]` when there is none.
+fn patch_of(body: &[u8], settings: &InjectSettings) -> Value {
+    match answer_of(body, settings) {
+        Answer::Patch(patch) => patch,
+        Answer::Refused(why) => panic!("refused: {why}"),
     }
 }
 
@@ -62,16 +81,48 @@ fn golden_path(review: &Path) -> PathBuf {
     review.with_extension("patch.json")
 }
 
+fn refusal_path(review: &Path) -> PathBuf {
+    review.with_extension("refusal.txt")
+}
+
 #[test]
 fn reviews_produce_the_golden_patches() {
     let bless = std::env::var_os("TOOLGATE_BLESS").is_some();
-    let (mut injected, mut untouched) = (0, 0);
+    let (mut injected, mut untouched, mut refused) = (0, 0, 0);
     for (folder, reviews) in suites() {
         let settings = InjectSettings::load(Some(&folder.join("settings.yaml")), Vec::new())
             .unwrap_or_else(|e| panic!("{}: {e}", folder.display()));
         for path in reviews {
             let body = std::fs::read(&path).unwrap();
-            let patch = patch_of(&body, &settings);
+            let patch = match answer_of(&body, &settings) {
+                Answer::Patch(patch) => patch,
+                Answer::Refused(why) => {
+                    let golden = refusal_path(&path);
+                    if bless {
+                        std::fs::write(&golden, format!("{why}\n")).unwrap();
+                    }
+                    let expected = std::fs::read_to_string(&golden).unwrap_or_else(|_| {
+                        panic!(
+                            "{} was refused ({why}) but has no {}: run TOOLGATE_BLESS=1 cargo test --test inject_golden",
+                            path.display(),
+                            golden.display()
+                        )
+                    });
+                    assert_eq!(expected.trim_end(), why, "{}", path.display());
+                    assert!(
+                        !golden_path(&path).exists(),
+                        "{} is refused",
+                        path.display()
+                    );
+                    refused += 1;
+                    continue;
+                }
+            };
+            assert!(
+                !refusal_path(&path).exists(),
+                "{} was injected, not refused",
+                path.display()
+            );
             let text = serde_json::to_string_pretty(&patch).unwrap() + "\n";
             let golden = golden_path(&path);
             if bless {
@@ -97,8 +148,8 @@ fn reviews_produce_the_golden_patches() {
         }
     }
     assert!(
-        injected >= 3 && untouched >= 3,
-        "the fixtures must cover both outcomes"
+        injected >= 3 && untouched >= 3 && refused >= 7,
+        "the fixtures must cover every outcome"
     );
 }
 
@@ -108,7 +159,10 @@ fn every_golden_has_its_review() {
         for entry in std::fs::read_dir(&folder).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if let Some(stem) = name.strip_suffix(".patch.json") {
+            if let Some(stem) = name
+                .strip_suffix(".patch.json")
+                .or_else(|| name.strip_suffix(".refusal.txt"))
+            {
                 assert!(
                     reviews.contains(&folder.join(format!("{stem}.json"))),
                     "{} is left over: its review is gone",
@@ -126,6 +180,9 @@ fn an_injected_pod_is_never_injected_again() {
             InjectSettings::load(Some(&folder.join("settings.yaml")), Vec::new()).unwrap();
         for path in reviews {
             let mut review: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            if refusal_path(&path).exists() {
+                continue;
+            }
             let patch = patch_of(&serde_json::to_vec(&review).unwrap(), &settings);
             let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
             let pod = &mut review["request"]["object"];

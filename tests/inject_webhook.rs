@@ -264,6 +264,47 @@ async fn a_refused_pod_is_denied_with_a_message() {
     injector.shutdown().await;
 }
 
+/// The sidecar's volumes stay its own, over the wire as in the golden fixtures: a pod
+/// whose app container pre-declares a mount of one is refused, and so is a `kubectl
+/// debug` container (an update of `pods/ephemeralcontainers`) that names one.
+#[tokio::test]
+async fn pods_and_debug_containers_that_borrow_the_sidecars_volumes_are_denied() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("toolgate webhook CA");
+    let injector = start(&pki, dir.path()).await;
+    for (fixture_name, container) in [
+        ("borrowed/app-mounts-audit-key.json", "\"app\""),
+        ("borrowed/init-mounts-redis-password.json", "\"migrate\""),
+        ("borrowed/ephemeral-mounts-token.json", "\"debugger\""),
+        (
+            "borrowed/debug-container-mounts-audit-key.json",
+            "\"debugger-x7q\"",
+        ),
+    ] {
+        for h2 in [false, true] {
+            let response = admit(injector.addr, &pki.ca_pem, h2, &fixture(fixture_name)).await;
+            assert_eq!(response["allowed"], false, "{fixture_name}: {response}");
+            assert!(response.get("patch").is_none(), "{fixture_name}");
+            let message = response["status"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(container) && message.contains("toolgate-"),
+                "{fixture_name}: {message}"
+            );
+        }
+    }
+    // A debug container that mounts nothing of the sidecar's is let through, unchanged.
+    let response = admit(
+        injector.addr,
+        &pki.ca_pem,
+        false,
+        &fixture("borrowed/debug-container.json"),
+    )
+    .await;
+    assert_eq!(response["allowed"], true, "{response}");
+    assert!(response.get("patch").is_none(), "{response}");
+    injector.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_rotated_certificate_is_served_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();

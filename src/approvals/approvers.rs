@@ -106,14 +106,16 @@ impl ApproverIdentity {
 }
 
 fn parse_tokens(path: &Path) -> Result<HashMap<[u8; 32], Approver>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = crate::input::file::read_text(path, crate::input::file::Bound::SMALL)
+        .map_err(|e| e.to_string())?;
     let entries: HashMap<String, Entry> = if text.trim().is_empty() {
         HashMap::new()
     } else {
         serde_yaml::from_str(&text).map_err(|e| {
             format!(
-                "{}: expected a map of approver name to {{sha256, groups}}: {e}",
-                path.display()
+                "{}: expected a map of approver name to {{sha256, groups}}: {}",
+                path.display(),
+                crate::input::quiet::error(&e)
             )
         })?
     };

@@ -28,6 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{self, error::TrySendError};
 
+use crate::input::url::shown;
+
 /// Approvals waiting to be sent; beyond this new ones are dropped (and counted).
 const QUEUE: usize = 1024;
 /// One attempt, from connecting to the answer's last byte.
@@ -188,7 +190,8 @@ struct Target {
 
 impl Target {
     fn parse(url: &str) -> Result<Target, String> {
-        let bad = |why: &str| format!("approvals.notifyUrl: {why}, got {url:?}");
+        // The URL itself may hold a password or a token: never shown whole.
+        let bad = |why: &str| format!("approvals.notifyUrl: {why}, got {}", shown(url));
         let uri: Uri = url
             .parse()
             .map_err(|_| bad("not a URL (want http://host[:port]/path or https://...)"))?;
@@ -215,12 +218,11 @@ impl Target {
         );
         parts.path_and_query = Some(path.unwrap_or_else(|| PathAndQuery::from_static("/")));
         let uri = Uri::from_parts(parts).map_err(|_| bad("not a URL"))?;
-        let shown = format!("{}://{host}{}", uri.scheme_str().unwrap_or(""), uri.path());
         Ok(Target {
             authorization: userinfo.map(basic),
             uri,
             tls,
-            shown,
+            shown: shown(url),
         })
     }
 

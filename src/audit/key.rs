@@ -11,6 +11,8 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::path::Path;
 
+use crate::input::file::{read, Bound};
+
 /// Shortest key accepted: 128 bits.
 pub const MIN_KEY_BYTES: usize = 16;
 
@@ -29,18 +31,15 @@ impl fmt::Debug for AuditKey {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot read the audit key file {path}: {error}")]
-    Unreadable { path: String, error: std::io::Error },
+    #[error("cannot use the audit key file: {0}")]
+    Unreadable(#[from] crate::input::file::ReadError),
     #[error("the audit key in {path} is {len} bytes; use at least {MIN_KEY_BYTES} random bytes (e.g. `head -c 32 /dev/urandom | base64`)")]
     TooShort { path: String, len: usize },
 }
 
 impl AuditKey {
     pub fn load(path: &Path) -> Result<AuditKey, KeyError> {
-        let raw = std::fs::read(path).map_err(|error| KeyError::Unreadable {
-            path: path.display().to_string(),
-            error,
-        })?;
+        let raw = read(path, Bound::SMALL)?;
         AuditKey::from_bytes(&raw).ok_or_else(|| KeyError::TooShort {
             path: path.display().to_string(),
             len: raw.trim_ascii().len(),

@@ -68,6 +68,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("limits.sessionIdleSeconds", Kind::Num),
     ("limits.dedupeMaxBytes", Kind::Num),
     ("limits.headersWithUnderscores", Kind::Str),
+    ("limits.maxPolicyFileBytes", Kind::Num),
     ("state.backend", Kind::Str),
     ("state.redis.url", Kind::Str),
     ("state.redis.passwordFile", Kind::Str),

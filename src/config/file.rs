@@ -1,21 +1,27 @@
 //! One settings document, whichever it is (the sidecar's or the injector's): read from
 //! its file or empty (the defaults), overridden by its environment variables, and
 //! deserialized with the path of any bad key in the error.
+//!
+//! The file is read as every file is ([`crate::input::file`]: a regular file, at most
+//! 1 MiB), and errors keep the position and the kind of a bad value, never the value
+//! ([`crate::input::quiet`]): a settings file may hold a URL with a password.
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::path::Path;
 
 use super::SettingsError;
+use crate::input::file::{self, Bound};
+use crate::input::quiet;
 
 /// The document's origin (its path, or `defaults`) and its text.
 pub fn read(file: Option<&Path>) -> Result<(String, String), SettingsError> {
     let Some(path) = file else {
         return Ok(("defaults".to_string(), String::new()));
     };
-    let text = std::fs::read_to_string(path).map_err(|source| SettingsError::Read {
+    let text = file::read_text(path, Bound::SMALL).map_err(|e| SettingsError::Read {
         path: path.display().to_string(),
-        source,
+        source: std::io::Error::other(e.reason()),
     })?;
     Ok((path.display().to_string(), text))
 }
@@ -31,11 +37,11 @@ pub fn parse<T: DeserializeOwned, V>(
     let mut tree: Value = if text.trim().is_empty() {
         Value::Object(Default::default())
     } else {
-        serde_yaml::from_str(text).map_err(|e| invalid("(document)".into(), e.to_string()))?
+        serde_yaml::from_str(text).map_err(|e| invalid("(document)".into(), quiet::error(&e)))?
     };
     apply(&mut tree, vars).map_err(|(field, message)| invalid(field, message))?;
     serde_path_to_error::deserialize(tree)
-        .map_err(|e| invalid(e.path().to_string(), e.into_inner().to_string()))
+        .map_err(|e| invalid(e.path().to_string(), quiet::error(&e.into_inner())))
 }
 
 /// The error for a bad value at `field` of the document from `origin`.

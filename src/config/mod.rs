@@ -469,6 +469,8 @@ pub struct Limits {
     /// What happens to a header whose name holds `_` (`X_Foo`), which some backend
     /// stacks read as `X-Foo` and others don't.
     pub headers_with_underscores: Underscores,
+    /// Largest policy manifest file read (a larger one is an error, not a load).
+    pub max_policy_file_bytes: u64,
 }
 
 /// `limits.headersWithUnderscores`: a header name with `_` is dropped (the default),
@@ -504,6 +506,7 @@ impl Default for Limits {
             // ~13,000 small ones, within the sidecar's 60 MB under load (docs/bench-history.md, item 16).
             dedupe_max_bytes: 12 << 20,
             headers_with_underscores: Underscores::Drop,
+            max_policy_file_bytes: crate::input::file::DEFAULT_MAX_POLICY_FILE_BYTES,
         }
     }
 }
@@ -670,6 +673,11 @@ impl Limits {
                 "limits.dedupeMaxBytes",
                 self.dedupe_max_bytes,
                 "duplicate suppression",
+            ),
+            (
+                "limits.maxPolicyFileBytes",
+                self.max_policy_file_bytes,
+                "policy files",
             ),
         ];
         if let Some((field, _, what)) = tables.into_iter().find(|(_, room, _)| *room == 0) {

@@ -5,11 +5,17 @@
 //! for its whole life. A strict source (files) keeps the last good snapshot when anything
 //! fails; a lenient one (the cluster) drops only the bad objects. Nothing is published
 //! until every expected source has reported once, so a half-loaded policy never serves.
+//!
+//! `toolgate_policy_synchronized` is 1 only while the published snapshot is what every
+//! source says: it is 0 while any source *holds* it back — a strict source's change was
+//! rejected, a reload has not finished ([`Control::mark_stalled`]), a watch was lost —
+//! and each hold says why in [`Control::errors`] (`/config`). Updates are serialized by
+//! a lock of their own, so `/config` and the holds never wait on a snapshot build.
 
 use arc_swap::ArcSwapOption;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::index::Index;
 use crate::crd::{ManifestError, Object, ObjectKey};
@@ -19,6 +25,9 @@ use crate::telemetry::metrics::Metrics;
 
 pub struct Control {
     current: Slot,
+    /// Held for a whole update (index → build → publish), one update at a time.
+    updating: Mutex<()>,
+    /// Held only to read or write the plain data below, never across a build.
     state: Mutex<State>,
     versions: AtomicU64,
     options: BuildOptions,
@@ -35,6 +44,12 @@ struct State {
     expected: BTreeSet<String>,
     /// Errors of the latest update, for `/config`.
     errors: Vec<String>,
+    /// Strict sources whose latest change was rejected, with its errors: kept until the
+    /// source applies a change, whatever other sources do meanwhile.
+    rejected: BTreeMap<String, Vec<String>>,
+    /// Sources that can't say what they hold now (a reload that has not finished, a lost
+    /// watch), with why.
+    stalled: BTreeMap<String, String>,
 }
 
 /// How a source's errors are treated.
@@ -59,10 +74,13 @@ impl Control {
     pub fn new(expected_sources: &[&str], options: BuildOptions, metrics: Arc<Metrics>) -> Control {
         Control {
             current: Arc::new(ArcSwapOption::empty()),
+            updating: Mutex::new(()),
             state: Mutex::new(State {
                 index: Index::default(),
                 expected: expected_sources.iter().map(|s| s.to_string()).collect(),
                 errors: Vec::new(),
+                rejected: BTreeMap::new(),
+                stalled: BTreeMap::new(),
             }),
             versions: AtomicU64::new(0),
             options,
@@ -87,13 +105,47 @@ impl Control {
         SnapshotReader::new(self.current.clone())
     }
 
+    /// What `/config` shows: the latest update's errors, then what holds a source back
+    /// (a rejected change's errors, a stalled reload), each once.
     pub fn errors(&self) -> Vec<String> {
-        self.lock().errors.clone()
+        let state = self.lock();
+        let mut errors = state.errors.clone();
+        for error in state.rejected.values().flatten() {
+            if !errors.contains(error) {
+                errors.push(error.clone());
+            }
+        }
+        errors.extend(
+            state
+                .stalled
+                .iter()
+                .map(|(source, why)| format!("{source}: {why}")),
+        );
+        errors
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    /// Whether the published snapshot is what every source says (the gauge's value).
+    pub fn synchronized(&self) -> bool {
+        self.synchronized_in(&self.lock())
+    }
+
+    fn synchronized_in(&self, state: &State) -> bool {
+        self.current.load().is_some() && state.rejected.is_empty() && state.stalled.is_empty()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind; keep serving it.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the gauge from the holds. Under the state lock, so that of two concurrent
+    /// changes the later one's value is the one that stays.
+    fn report(&self) {
+        let state = self.lock();
+        let synchronized = self.synchronized_in(&state);
+        self.metrics
+            .policy_synchronized
+            .set(i64::from(synchronized));
     }
 
     /// Applies a source's change; returns the errors that were found (already logged and
@@ -105,8 +157,8 @@ impl Control {
         parse_errors: Vec<ManifestError>,
         strictness: Strictness,
     ) -> Vec<ManifestError> {
-        let mut state = self.lock();
-        let mut index = state.index.clone();
+        let _one_at_a_time = self.updating.lock().unwrap_or_else(|p| p.into_inner());
+        let mut index = self.lock().index.clone();
         match update {
             Update::Replace(objects) => index.replace(source, objects),
             Update::Apply(object) => index.apply(source, *object),
@@ -122,42 +174,63 @@ impl Control {
         for grant in &snapshot.unserved {
             tracing::debug!(source, grant = %grant, "grant not applied: this pod serves no such tool");
         }
-        state.errors = errors.iter().map(ToString::to_string).collect();
         if !errors.is_empty() {
             self.metrics.policy_reload_errors.inc();
         }
-        if strictness == Strictness::AllOrNothing && !errors.is_empty() {
-            self.metrics.policy_synchronized.set(0);
+        let shown: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let rejected = strictness == Strictness::AllOrNothing && !errors.is_empty();
+        let ready = {
+            let mut state = self.lock();
+            state.errors = shown.clone();
+            if rejected {
+                state.rejected.insert(source.to_string(), shown);
+            } else {
+                state.rejected.remove(source);
+                state.index = index;
+            }
+            state.expected.iter().all(|s| state.index.has_source(s))
+        };
+        if rejected {
+            self.report();
             tracing::warn!(
                 source,
                 "policy change rejected; the last good snapshot keeps serving"
             );
             return errors;
         }
-        state.index = index;
-        let ready = state.expected.iter().all(|s| state.index.has_source(s));
         if ready {
             self.versions.store(version, Ordering::Relaxed);
             self.metrics.policy_version.set(version as i64);
-            self.metrics.policy_synchronized.set(1);
             tracing::info!(version, digest = %snapshot.digest, objects = snapshot.object_names().len(), "policy snapshot published");
             if let Some(hook) = self.on_publish.get() {
                 hook(&snapshot);
             }
             self.current.store(Some(Arc::new(snapshot)));
         }
+        self.report();
         errors
     }
 
-    /// A source lost contact with its origin: keep serving, say we may be stale.
-    pub fn mark_unsynchronized(&self) {
-        self.metrics.policy_synchronized.set(0);
+    /// `source` can't currently say what it holds (a reload that has not finished, a
+    /// lost watch): the last good snapshot keeps serving, unsynchronized, and `/config`
+    /// says `why`.
+    pub fn mark_stalled(&self, source: &str, why: String) {
+        let mut state = self.lock();
+        state.stalled.insert(source.to_string(), why);
+        let synchronized = self.synchronized_in(&state);
+        self.metrics
+            .policy_synchronized
+            .set(i64::from(synchronized));
     }
 
-    pub fn mark_synchronized(&self) {
-        if self.current.load().is_some() {
-            self.metrics.policy_synchronized.set(1);
-        }
+    /// `source` is back: what it holds is what its last update said.
+    pub fn mark_resumed(&self, source: &str) {
+        let mut state = self.lock();
+        state.stalled.remove(source);
+        let synchronized = self.synchronized_in(&state);
+        self.metrics
+            .policy_synchronized
+            .set(i64::from(synchronized));
     }
 }
 
@@ -242,5 +315,69 @@ mod tests {
         let s = control.snapshot().unwrap();
         assert!(s.tool("a").is_some());
         assert!(s.tool("b").is_none());
+    }
+    #[test]
+    fn a_rejected_strict_change_holds_sync_off_until_its_source_applies_one() {
+        let metrics = Arc::new(Metrics::new());
+        let control = Control::new(
+            &["files", "cluster"],
+            BuildOptions::default(),
+            metrics.clone(),
+        );
+        let good = || Update::Replace(mk_objects(GOOD));
+        control.update("files", good(), vec![], Strictness::AllOrNothing);
+        control.update(
+            "cluster",
+            Update::Replace(vec![]),
+            vec![],
+            Strictness::PerObject,
+        );
+        assert_eq!(metrics.policy_synchronized.get(), 1);
+        control.update(
+            "files",
+            Update::Replace(mk_objects(BAD)),
+            vec![],
+            Strictness::AllOrNothing,
+        );
+        assert_eq!(metrics.policy_synchronized.get(), 0);
+        // Another source's clean update doesn't make the rejected change applied.
+        control.update(
+            "cluster",
+            Update::Replace(vec![]),
+            vec![],
+            Strictness::PerObject,
+        );
+        assert_eq!(metrics.policy_synchronized.get(), 0);
+        assert!(!control.synchronized());
+        assert_eq!(control.errors().len(), 1, "{:?}", control.errors());
+        control.update("files", good(), vec![], Strictness::AllOrNothing);
+        assert_eq!(metrics.policy_synchronized.get(), 1);
+        assert!(control.errors().is_empty());
+    }
+
+    #[test]
+    fn a_stalled_source_holds_sync_off_and_says_why() {
+        let metrics = Arc::new(Metrics::new());
+        let control = Control::new(&["files"], BuildOptions::default(), metrics.clone());
+        control.update(
+            "files",
+            Update::Replace(mk_objects(GOOD)),
+            vec![],
+            Strictness::AllOrNothing,
+        );
+        control.mark_stalled("files", "the reload has not finished".into());
+        assert_eq!(metrics.policy_synchronized.get(), 0);
+        assert_eq!(control.errors(), ["files: the reload has not finished"]);
+        // An update while stalled publishes but stays unsynchronized.
+        control.update(
+            "files",
+            Update::Replace(mk_objects(GOOD)),
+            vec![],
+            Strictness::AllOrNothing,
+        );
+        assert_eq!(metrics.policy_synchronized.get(), 0);
+        control.mark_resumed("files");
+        assert_eq!(metrics.policy_synchronized.get(), 1);
+        assert!(control.errors().is_empty());
     }
 }

@@ -1,11 +1,17 @@
 //! Multi-document YAML → typed objects, with errors that name the file, the object and
 //! the field path, so a service owner can fix a manifest without guessing.
+//!
+//! Errors never echo a value ([`crate::input::quiet`]), and nothing read from a
+//! document — not even its kind or name — is shown before it has proved to be a
+//! toolgate manifest (its `apiVersion`): a secret named in `policies.files` by mistake
+//! is reported by file and position, never quoted into `/config`.
 
 use serde::Deserialize;
 use serde_yaml::Value as Yaml;
 use std::fmt;
 
 use super::{AgentPolicySpec, ToolContractSpec, API_VERSION};
+use crate::input::quiet;
 
 /// Which object: kind + namespace + name. Two sources never share a key.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -101,7 +107,7 @@ pub fn parse_documents(origin: &str, text: &str) -> (Vec<Object>, Vec<ManifestEr
                 errors.push(err(
                     Some(format!("document {}", index + 1)),
                     None,
-                    e.to_string(),
+                    quiet::error(&e),
                 ));
                 // A syntax error leaves the stream unusable past this point.
                 break;
@@ -129,8 +135,18 @@ pub fn parse_value(origin: &str, value: Yaml) -> Result<Object, ManifestError> {
 type Located = (Option<String>, Option<String>, String);
 
 fn parse_object(origin: &str, value: Yaml) -> Result<Object, Located> {
-    let envelope: Envelope =
-        serde_yaml::from_value(value).map_err(|e| (None, None, format!("not a manifest: {e}")))?;
+    let envelope: Envelope = serde_yaml::from_value(value).map_err(|e| {
+        let why = quiet::error(&e);
+        (None, None, format!("not a toolgate manifest: {why}"))
+    })?;
+    // Before anything of the document is shown: is it one of ours at all?
+    if envelope.api_version.as_deref() != Some(API_VERSION) {
+        return Err((
+            None,
+            Some("apiVersion".into()),
+            format!("must be {API_VERSION}: not a toolgate manifest"),
+        ));
+    }
     let kind = envelope
         .kind
         .ok_or((None, Some("kind".into()), "missing".into()))?;
@@ -140,13 +156,6 @@ fn parse_object(origin: &str, value: Yaml) -> Result<Object, Located> {
         "missing".into(),
     ))?;
     let object = Some(format!("{kind}/{name}"));
-    if envelope.api_version.as_deref() != Some(API_VERSION) {
-        return Err((
-            object,
-            Some("apiVersion".into()),
-            format!("must be {API_VERSION}"),
-        ));
-    }
     let spec = envelope
         .spec
         .ok_or((object.clone(), Some("spec".into()), "missing".into()))?;
@@ -189,7 +198,7 @@ fn spec_of<T: serde::de::DeserializeOwned>(
         } else {
             format!("spec.{path}")
         };
-        (object.clone(), Some(field), e.into_inner().to_string())
+        (object.clone(), Some(field), quiet::error(&e.into_inner()))
     })
 }
 
@@ -232,6 +241,42 @@ mod tests {
         let text = READ_LOGS.replace("kind: AgentPolicy", "kind: Gadget");
         let (_, errors) = parse_documents("a.yaml", &text);
         assert!(errors[0].message.contains("Gadget"));
+    }
+
+    #[test]
+    fn a_file_that_is_no_manifest_is_never_quoted() {
+        for (text, secret) in [
+            (
+                "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000:hunter2:/home\n",
+                "hunter2",
+            ),
+            ("password: hunter2\n", "hunter2"),
+            (
+                "{\"kind\": \"hunter2\", \"metadata\": {\"name\": \"s3cret\"}}",
+                "s3cret",
+            ),
+            ("- hunter2\n- s3cret\n", "s3cret"),
+            ("apiVersion: 5\nkind: hunter2\n", "hunter2"),
+            ("token: [unclosed hunter2", "hunter2"),
+        ] {
+            let (objects, errors) = parse_documents("/etc/secret", text);
+            assert!(objects.is_empty());
+            let shown = errors[0].to_string();
+            assert!(shown.starts_with("/etc/secret"), "{shown}");
+            assert!(
+                !shown.contains(secret) && !shown.contains("hunter2"),
+                "{text}: {shown}"
+            );
+        }
+        // A manifest's own bad value is located, not quoted.
+        let text = READ_LOGS.replace("agents: [ops-bot]", "agents: [ops-bot]\n  mode: s3cret");
+        let (_, errors) = parse_documents("a.yaml", &text);
+        assert_eq!(errors[0].field.as_deref(), Some("spec.mode"));
+        assert!(
+            !errors[0].message.contains("s3cret"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::input::file::{read, read_text, Bound};
+use crate::input::quiet;
+
 /// Accepted signing algorithms.
 const ASYMMETRIC: [Algorithm; 9] = [
     Algorithm::RS256,
@@ -42,8 +45,8 @@ pub struct KeySet {
 
 impl KeySet {
     pub fn parse(json: &str) -> Result<KeySet, String> {
-        let set: JwkSet =
-            serde_json::from_str(json).map_err(|e| format!("not a JWKS document: {e}"))?;
+        let set: JwkSet = serde_json::from_str(json)
+            .map_err(|e| format!("not a JWKS document: {}", quiet::error(&e)))?;
         let mut keys = Vec::new();
         for jwk in &set.keys {
             let decoding = DecodingKey::from_jwk(jwk)
@@ -138,10 +141,10 @@ impl Issuer {
 
     /// Re-reads the JWKS file when it changes; a bad edit keeps the previous keys.
     pub async fn watch(self: Arc<Self>) {
-        let mut last = std::fs::read(&self.path).ok();
+        let mut last = read(&self.path, Bound::SMALL).ok();
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let now = std::fs::read(&self.path).ok();
+            let now = read(&self.path, Bound::SMALL).ok();
             if now == last {
                 continue;
             }
@@ -160,7 +163,7 @@ impl Issuer {
 }
 
 fn read_keys(path: &Path) -> Result<KeySet, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = read_text(path, Bound::SMALL).map_err(|e| e.to_string())?;
     KeySet::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 
+use crate::input::file::{read, read_text, Bound};
+use crate::input::quiet;
+
 #[derive(Debug, Default)]
 pub struct TokenTable {
     by_digest: HashMap<[u8; 32], Arc<str>>,
@@ -33,8 +36,12 @@ impl TokenTable {
         let map: HashMap<String, String> = if text.trim().is_empty() {
             HashMap::new()
         } else {
-            serde_yaml::from_str(text)
-                .map_err(|e| format!("expected a map of agent id to SHA-256: {e}"))?
+            serde_yaml::from_str(text).map_err(|e| {
+                format!(
+                    "expected a map of agent id to SHA-256: {}",
+                    quiet::error(&e)
+                )
+            })?
         };
         let mut by_digest = HashMap::new();
         for (agent, digest) in map {
@@ -72,7 +79,7 @@ impl Tokens {
     }
 
     pub fn load(path: &Path) -> Result<Tokens, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = read_text(path, Bound::SMALL).map_err(|e| e.to_string())?;
         Ok(Tokens::new(
             TokenTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?,
         ))
@@ -89,10 +96,10 @@ impl Tokens {
 
     /// Re-reads the file when it changes; a bad edit keeps the previous table.
     pub async fn watch(self: Arc<Self>, path: PathBuf) {
-        let mut last = std::fs::read(&path).ok();
+        let mut last = read(&path, Bound::SMALL).ok();
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let now = std::fs::read(&path).ok();
+            let now = read(&path, Bound::SMALL).ok();
             if now == last {
                 continue;
             }

@@ -8,11 +8,14 @@
 //! - [`validate`] is the validating webhook for `ToolContract` and `AgentPolicy`
 //!   objects, as pure as [`review`] and served beside it.
 //! - [`server`] is the HTTPS listener; [`settings`] the injector's own settings file.
+//! - [`borrow`] refuses a pod whose own containers could reach the sidecar's volumes or
+//!   Secrets (a mount declared before injection, a `kubectl debug` container after).
 //!
 //! Invariants: injecting an injected pod changes nothing (the sidecar's container name is
 //! the marker); a pod without the annotation, or with `"false"`, is never touched; no
 //! input makes the webhook panic — malformed input is answered, not crashed on.
 
+pub mod borrow;
 pub mod patch;
 pub mod review;
 pub mod server;

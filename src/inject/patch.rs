@@ -6,8 +6,11 @@
 //! - a pod that already has a container named `toolgate` is left alone, so a second pass
 //!   (webhook reinvocation, a re-sent review, a pod copied from an injected one) is a no-op;
 //! - a pod that asks for the sidecar but can't get a working one (no port to forward to,
-//!   a port or volume name the sidecar needs is taken) is refused with the reason, rather
+//!   a port or port name the sidecar needs is taken) is refused with the reason, rather
 //!   than admitted with a sidecar that could never start;
+//! - a pod whose own containers could reach what the sidecar brings (a `toolgate-*`
+//!   volume, the sidecar's Secrets) is refused with the reason ([`super::borrow`]), and
+//!   so is a `kubectl debug` container that would ([`debug`]);
 //! - patch paths never assume an array exists (`/spec/initContainers` is added whole when
 //!   absent) and are built from tokens, so keys like `toolgate.dev/injected` are escaped.
 
@@ -16,6 +19,7 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde_json::Value;
 
+use super::borrow;
 use super::settings::SidecarSettings;
 use super::sidecar::{self, PodFacts, ADMIN_PORT_NAME, AGENT_PORT_NAME};
 use super::{
@@ -71,7 +75,8 @@ fn plan(pod: &Pod, spec: &PodSpec, settings: &SidecarSettings) -> Result<Patch, 
         upstream_port: upstream_port(pod, spec)?,
         service_name: service_name(pod),
     };
-    check_conflicts(spec, settings)?;
+    check_conflicts(spec)?;
+    borrow::check(spec, settings)?;
     let encode =
         |what: &str, e: serde_json::Error| format!("cannot encode the sidecar's {what}: {e}");
     let container = serde_json::to_value(sidecar::container(settings, &facts))
@@ -158,8 +163,9 @@ fn upstream_port(pod: &Pod, spec: &PodSpec) -> Result<u16, String> {
     Ok(port)
 }
 
-/// Ports, port names and volume names the sidecar needs must be free in the pod.
-fn check_conflicts(spec: &PodSpec, settings: &SidecarSettings) -> Result<(), String> {
+/// Ports and port names the sidecar needs must be free in the pod (its volume names are
+/// reserved whole: [`super::borrow`]).
+fn check_conflicts(spec: &PodSpec) -> Result<(), String> {
     for container in all_containers(spec) {
         for port in container.ports.iter().flatten() {
             if [AGENT_PORT, ADMIN_PORT].contains(&port.container_port) {
@@ -178,15 +184,21 @@ fn check_conflicts(spec: &PodSpec, settings: &SidecarSettings) -> Result<(), Str
             }
         }
     }
-    for volume in sidecar::volumes(settings) {
-        if spec.volumes.iter().flatten().any(|v| v.name == volume.name) {
-            return Err(format!(
-                "the pod already has a volume named {:?}, which the toolgate sidecar needs",
-                volume.name
-            ));
-        }
-    }
     Ok(())
+}
+
+/// What to do with ephemeral containers added to a running pod (`kubectl debug`, the
+/// `pods/ephemeralcontainers` subresource): nothing is injected; one that would reach
+/// the sidecar's volumes or Secrets is refused.
+pub fn debug(pod: &Pod, settings: &SidecarSettings) -> Decision {
+    match pod
+        .spec
+        .as_ref()
+        .map(|spec| borrow::ephemeral(spec, settings))
+    {
+        Some(Err(reason)) => Decision::Refuse(reason),
+        _ => Decision::Skip { warning: None },
+    }
 }
 
 /// `app.kubernetes.io/name`, else `app`: what the team calls the service in Jaeger.

@@ -14,6 +14,9 @@
 //! - a pod that asks for the sidecar but can't get a working one is **denied** with the
 //!   reason (see [`super::patch`]): that is the owner's to fix, and they see the message in
 //!   their ReplicaSet's events.
+//! - an update of a pod's `ephemeralcontainers` subresource (`kubectl debug`) is allowed
+//!   unchanged, or denied if a new container would reach the sidecar's volumes or
+//!   Secrets ([`super::borrow`]).
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -23,7 +26,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use kube::core::DynamicObject;
 use serde_json::{json, Value};
 
-use super::patch::{patch, Decision};
+use super::patch::{debug, patch, Decision};
 use super::settings::SidecarSettings;
 
 const API_VERSION: &str = "admission.k8s.io/v1";
@@ -54,7 +57,7 @@ pub fn review(body: &[u8], settings: &SidecarSettings) -> Answer {
             "unreadable"
         }
         Err(None) => "ignored",
-        Ok(pod) => match patch(&pod, settings) {
+        Ok((pod, operation)) => match operation.decide(&pod, settings) {
             Decision::Skip { warning } => {
                 reply.warnings.extend(warning);
                 "skipped"
@@ -163,12 +166,32 @@ pub(super) fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Stri
         .map_err(|_| "the review has no request".to_string())
 }
 
-/// The pod of a CREATE review. `Err(None)`: not ours to look at (another operation);
-/// `Err(Some(warning))`: something we were sent but can't read.
-fn read_pod(request: &AdmissionRequest<DynamicObject>) -> Result<Pod, Option<String>> {
-    if request.operation != Operation::Create {
-        return Err(None);
+/// What a review asks of the injector.
+enum Asked {
+    /// A pod is created: inject it, skip it, or refuse it.
+    Create,
+    /// Ephemeral containers are added to a running pod: allow them or refuse them.
+    Debug,
+}
+
+impl Asked {
+    fn decide(&self, pod: &Pod, settings: &SidecarSettings) -> Decision {
+        match self {
+            Asked::Create => patch(pod, settings),
+            Asked::Debug => debug(pod, settings),
+        }
     }
+}
+
+/// The pod of a CREATE review, or of an update of its ephemeral containers. `Err(None)`:
+/// not ours to look at (another operation); `Err(Some(warning))`: something we were
+/// sent but can't read.
+fn read_pod(request: &AdmissionRequest<DynamicObject>) -> Result<(Pod, Asked), Option<String>> {
+    let asked = match (&request.operation, request.sub_resource.as_deref()) {
+        (Operation::Create, None) => Asked::Create,
+        (Operation::Update, Some("ephemeralcontainers")) => Asked::Debug,
+        _ => return Err(None),
+    };
     let kind = &request.kind;
     if !(kind.group.is_empty() && kind.version == "v1" && kind.kind == "Pod") {
         return Err(Some(format!(
@@ -179,13 +202,14 @@ fn read_pod(request: &AdmissionRequest<DynamicObject>) -> Result<Pod, Option<Str
     let Some(object) = &request.object else {
         return Err(Some("the review carries no pod; nothing injected".into()));
     };
-    serde_json::to_value(object)
+    let pod = serde_json::to_value(object)
         .and_then(serde_json::from_value::<Pod>)
         .map_err(|e| {
             Some(format!(
                 "toolgate cannot read this pod ({e}); nothing injected"
             ))
-        })
+        })?;
+    Ok((pod, asked))
 }
 
 #[cfg(test)]

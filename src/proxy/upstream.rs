@@ -14,6 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
+use crate::input::url::shown;
 use crate::vocab::{Code, Recovery, Reject};
 
 /// Cheap to clone (the pool is shared), so a backend call can run in its own task.
@@ -28,7 +29,7 @@ pub struct Upstream {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("upstream must be an http:// URL, got {0:?}")]
+#[error("upstream must be an http:// URL, got {0}")]
 pub struct BadUpstream(String);
 
 /// How the backend failed, before it becomes a [`Reject`].
@@ -43,9 +44,9 @@ pub enum Failure {
 
 impl Upstream {
     pub fn new(url: &str) -> Result<Upstream, BadUpstream> {
-        let uri: Uri = url.parse().map_err(|_| BadUpstream(url.into()))?;
+        let uri: Uri = url.parse().map_err(|_| BadUpstream(shown(url)))?;
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            return Err(BadUpstream(url.into()));
+            return Err(BadUpstream(shown(url)));
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -56,7 +57,7 @@ impl Upstream {
             .build(connector);
         let parts = uri.into_parts();
         let (Some(scheme), Some(authority)) = (parts.scheme, parts.authority) else {
-            return Err(BadUpstream(url.into()));
+            return Err(BadUpstream(shown(url)));
         };
         let prefix = parts
             .path_and_query

@@ -12,7 +12,9 @@
 //!
 //! Files are streamed, so memory doesn't grow with their length: what is kept is the
 //! totals, the changes grouped (with a few example trace ids each), and at most
-//! [`MAX_LISTED`] changes for `--format json`. Rate limits, budgets, loops and duplicate
+//! [`MAX_LISTED`] changes for `--format json`. Nor does it grow past a small multiple of
+//! the longest line: a long line is weighed first ([`weight`]), and one whose tree would
+//! pass [`tree_budget`] is re-decided without its arguments and counted `partial`. Rate limits, budgets, loops and duplicate
 //! suppression depend on timing and state and are not replayed (such records are
 //! skipped and counted). A record without captured arguments (`captureArguments` off) is
 //! re-decided on what needs none — the tool, the grant, the kill switch — and counted
@@ -20,6 +22,7 @@
 
 pub mod recorded;
 pub mod report;
+pub mod weight;
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +38,18 @@ use report::Report;
 
 /// At most this many changes are listed one by one (all are counted and grouped).
 pub const MAX_LISTED: usize = 10_000;
+/// Lines shorter than this are parsed without weighing: even a list of empty objects, the
+/// heaviest JSON per byte (~250 bytes of tree a byte), stays under [`TREE_FLOOR`].
+const WEIGH_FROM: usize = 64 << 10;
+/// The tree any line may build, however short.
+const TREE_FLOOR: u64 = 32 << 20;
+/// Beyond the floor, a line's tree may take this many times the line.
+const TREE_PER_BYTE: u64 = 2;
+
+/// The most a line's arguments and inputs may take as a tree to be re-decided on them.
+pub fn tree_budget(line: usize) -> u64 {
+    TREE_FLOOR.max(TREE_PER_BYTE.saturating_mul(line as u64))
+}
 
 /// What a replay is asked to do.
 pub struct Request<'a> {
@@ -110,26 +125,56 @@ fn replay_file(
         if text.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_slice::<Recorded>(text) {
-            Ok(recorded) => replay_one(&recorded, snapshot, report),
-            Err(_) => report.skip(Skip::NotACall),
+        match read_record(text) {
+            Some(recorded) => replay_one(recorded, snapshot, report),
+            None => report.skip(Skip::NotACall),
         }
     }
     Ok(())
 }
 
+/// The record on `line`, built whole only if its tree fits [`tree_budget`]; `None` if
+/// the line is not a record.
+fn read_record(line: &[u8]) -> Option<Recorded> {
+    if line.len() < WEIGH_FROM {
+        return serde_json::from_slice(line).ok();
+    }
+    // Not JSON: nothing is built to find that out.
+    if weight::of(line)? <= tree_budget(line.len()) {
+        serde_json::from_slice(line).ok()
+    } else {
+        Recorded::without_arguments(line).ok()
+    }
+}
+
 /// Re-decides one recorded call and counts it.
-pub fn replay_one(recorded: &Recorded, snapshot: &Snapshot, report: &mut Report) {
+pub fn replay_one(mut recorded: Recorded, snapshot: &Snapshot, report: &mut Report) {
     let before = match recorded.outcome() {
         Ok(before) => before,
         Err(skip) => return report.skip(skip),
     };
-    let (after, partial) = decide(recorded, &before, snapshot);
-    report.count(recorded, before, after, partial);
+    // Moved out, not copied: the arguments can be the largest thing replay holds.
+    let captured = Captured {
+        args: recorded.args.take(),
+        inputs: recorded.inputs.take(),
+    };
+    let (after, partial) = decide(&recorded, captured, &before, snapshot);
+    report.count(&recorded, before, after, partial);
+}
+
+/// What a record captured of the call's inputs, owned.
+struct Captured {
+    args: Option<serde_json::Value>,
+    inputs: Option<serde_json::Value>,
 }
 
 /// What the candidate decides, and whether it could only decide part of it.
-fn decide(recorded: &Recorded, before: &Outcome, snapshot: &Snapshot) -> (Outcome, bool) {
+fn decide(
+    recorded: &Recorded,
+    captured: Captured,
+    before: &Outcome,
+    snapshot: &Snapshot,
+) -> (Outcome, bool) {
     let (Some(agent), Some(tool)) = (recorded.agent.as_deref(), recorded.tool.as_deref()) else {
         return (before.clone(), true);
     };
@@ -145,14 +190,14 @@ fn decide(recorded: &Recorded, before: &Outcome, snapshot: &Snapshot) -> (Outcom
         Ok(permit) => permit.grant,
         Err(reject) => return (Outcome::deny(reject.code, reject.rule), false),
     };
-    let Some(args) = recorded.args.as_ref() else {
+    let Some(args) = captured.args else {
         // Only what needs no arguments was decided: the rest stands as it was.
         return (before.clone(), true);
     };
-    let Some(inputs) = recorded.inputs.as_ref().and_then(Inputs::from_json) else {
+    let Some(inputs) = captured.inputs.as_ref().and_then(Inputs::from_json) else {
         // Refused before its rules ran (its inputs never read), or of another version:
         // the arguments still decide validation; the rules, if reached, can't be judged.
-        return match validate(contract, Args::from(args.clone())) {
+        return match validate(contract, Args::from(args)) {
             Err(reject) => (Outcome::deny(reject.code, reject.rule), false),
             Ok(_) if grant.rules.is_empty() && grant.approval.is_none() => {
                 (Outcome::allow(), false)
@@ -169,7 +214,7 @@ fn decide(recorded: &Recorded, before: &Outcome, snapshot: &Snapshot) -> (Outcom
     if partial {
         return (before.clone(), true);
     }
-    let after = match redecide(policy, agent, contract, Args::from(args.clone()), &inputs) {
+    let after = match redecide(policy, agent, contract, Args::from(args), &inputs) {
         Ok(decided) if !decided.needs_approval => Outcome::allow(),
         // Held for a person: what the person did can't be replayed. A call that ran under
         // an approval, or was held or denied by one, keeps its outcome.
@@ -244,7 +289,9 @@ spec:
             call("deny", Some("OUT_OF_TASK_SCOPE"), 12, Some(20)),
         ];
         let mut report = Report::default();
-        calls.iter().for_each(|c| replay_one(c, &same, &mut report));
+        calls
+            .iter()
+            .for_each(|c| replay_one(c.clone(), &same, &mut report));
         assert_eq!(
             (report.replayed, report.changed),
             (3, 0),
@@ -254,7 +301,7 @@ spec:
         let mut report = Report::default();
         calls
             .iter()
-            .for_each(|c| replay_one(c, &tighter, &mut report));
+            .for_each(|c| replay_one(c.clone(), &tighter, &mut report));
         assert_eq!(report.changed, 1);
         assert_eq!(report.changes[0].trace_id, "t7");
         assert_eq!(report.changes[0].after.rule.as_deref(), Some("small"));
@@ -265,14 +312,14 @@ spec:
         let same = snapshot(POLICIES);
         let mut report = Report::default();
         // A rule reads `task`, which this record doesn't hold: partial.
-        replay_one(&call("allow", None, 3, None), &same, &mut report);
+        replay_one(call("allow", None, 3, None), &same, &mut report);
         // Limits depend on timing: skipped. Not a call: skipped.
         replay_one(
-            &call("deny", Some("RATE_LIMITED"), 3, Some(9)),
+            call("deny", Some("RATE_LIMITED"), 3, Some(9)),
             &same,
             &mut report,
         );
-        replay_one(&recorded(json!({"kind": "policy"})), &same, &mut report);
+        replay_one(recorded(json!({"kind": "policy"})), &same, &mut report);
         assert_eq!((report.replayed, report.partial, report.skipped), (1, 1, 2));
         assert_eq!(report.changed, 0);
     }

@@ -1,12 +1,13 @@
 //! One decision as the audit log recorded it, and what the gate decided then.
 
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::vocab::Code;
 
 /// A `call` record's fields that replay reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Recorded {
     #[serde(default)]
@@ -26,11 +27,62 @@ pub struct Recorded {
     pub args: Option<Value>,
     #[serde(default)]
     pub inputs: Option<Value>,
+    /// Whether the call ran under (or was held by) an approval; only its presence is read.
     #[serde(default)]
-    pub approval: Option<Value>,
+    pub approval: Option<IgnoredAny>,
     /// A duplicate answered with an earlier call's result.
     #[serde(default)]
     pub replayed: bool,
+    /// Read without its arguments and inputs, whose tree would not fit replay's memory
+    /// bound ([`Recorded::without_arguments`]).
+    #[serde(skip)]
+    pub oversized: bool,
+}
+
+/// [`Recorded`] without `args` and `inputs`, which are skipped unbuilt.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    trace_id: String,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    tool: Option<String>,
+    decision: Option<String>,
+    #[serde(default)]
+    code: Option<String>,
+    #[serde(default)]
+    rule: Option<String>,
+    #[serde(default)]
+    approval: Option<IgnoredAny>,
+    #[serde(default)]
+    replayed: bool,
+}
+
+impl Recorded {
+    /// The record read from `line` without building its arguments or inputs: what
+    /// needs none of them (the tool, the grant, the kill switch) is re-decided, the
+    /// rest stands (`partial`).
+    pub fn without_arguments(line: &[u8]) -> serde_json::Result<Recorded> {
+        let head: Head = serde_json::from_slice(line)?;
+        Ok(Recorded {
+            kind: head.kind,
+            trace_id: head.trace_id,
+            agent: head.agent,
+            tool: head.tool,
+            decision: head.decision,
+            code: head.code,
+            rule: head.rule,
+            args: None,
+            inputs: None,
+            approval: head.approval,
+            replayed: head.replayed,
+            oversized: true,
+        })
+    }
 }
 
 /// What the gate decided, as replay compares it.

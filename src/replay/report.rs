@@ -34,6 +34,9 @@ pub struct Report {
     pub unchanged: u64,
     pub changed: u64,
     pub partial: u64,
+    /// Of the partial ones: records whose arguments were too large to re-decide within
+    /// replay's memory bound.
+    pub oversized: u64,
     pub skipped: u64,
     /// Why records were skipped: not calls, unidentified, decided by a limit.
     pub skipped_by: BTreeMap<&'static str, u64>,
@@ -57,6 +60,9 @@ impl Report {
         self.replayed += 1;
         if partial {
             self.partial += 1;
+        }
+        if recorded.oversized {
+            self.oversized += 1;
         }
         if before == after {
             self.unchanged += 1;
@@ -101,6 +107,13 @@ impl Report {
             "replayed {}: unchanged {}, changed {}, partial {} (decided without captured arguments), skipped {}",
             self.replayed, self.unchanged, self.changed, self.partial, self.skipped
         );
+        if self.oversized > 0 {
+            let _ = writeln!(
+                out,
+                "  partial {}: arguments too large to re-decide within replay's memory bound",
+                self.oversized
+            );
+        }
         for (why, n) in &self.skipped_by {
             let _ = writeln!(out, "  skipped {n}: {why}");
         }
@@ -163,6 +176,7 @@ struct JsonReport<'a> {
     unchanged: u64,
     changed: u64,
     partial: u64,
+    oversized: u64,
     skipped: u64,
     changes: Vec<JsonChange<'a>>,
     groups: Vec<JsonGroup<'a>>,
@@ -176,6 +190,7 @@ impl<'a> JsonReport<'a> {
             unchanged: r.unchanged,
             changed: r.changed,
             partial: r.partial,
+            oversized: r.oversized,
             skipped: r.skipped,
             changes: r
                 .changes

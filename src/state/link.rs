@@ -10,6 +10,9 @@
 //!   caller decides whether that fails open or closed.
 //! - Redis' errors are logged with what to check (address, password, TLS), at most once
 //!   per outage, so a dead Redis doesn't flood the log at the call rate.
+//! - An [`Unavailable`] says what went wrong and which setting to check, never where
+//!   Redis is: its text may reach an agent in a `STATE_UNAVAILABLE` refusal, and an
+//!   agent has no business learning internal hosts. The address is in the log line.
 
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -21,9 +24,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Redis as Settings;
+use crate::input::file::{read_text, Bound};
+use crate::input::quiet;
+use crate::input::url::shown;
 use crate::telemetry::metrics::{Metrics, StateSeries};
 
-/// Redis could not be asked in time, or answered with an error.
+/// Redis could not be asked in time, or answered with an error. Its text names no host.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
 pub struct Unavailable(pub String);
@@ -119,14 +125,16 @@ impl Link {
     /// Sets up the connection without waiting for Redis; a cluster (or a server down at
     /// start) is connected in the background.
     pub fn start(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Link>> {
-        let mut info = settings
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| anyhow::anyhow!("state.redis.url: {e}"))?;
+        let mut info = settings.url.as_str().into_connection_info().map_err(|e| {
+            anyhow::anyhow!(
+                "state.redis.url {}: {}",
+                shown(&settings.url),
+                quiet::error(&e)
+            )
+        })?;
         if let Some(file) = &settings.password_file {
-            let password = std::fs::read_to_string(file)
-                .map_err(|e| anyhow::anyhow!("state.redis.passwordFile {}: {e}", file.display()))?;
+            let password = read_text(file, Bound::SMALL)
+                .map_err(|e| anyhow::anyhow!("state.redis.passwordFile: {e}"))?;
             let redis = info
                 .redis_settings()
                 .clone()
@@ -165,7 +173,7 @@ impl Link {
                             return;
                         }
                         Err(e) => {
-                            connecting.failed(&Unavailable(e.to_string()));
+                            connecting.failed(&Unavailable(describe(&e)), &e.to_string());
                             tokio::time::sleep(wait).await;
                             wait = (wait * 2).min(Duration::from_secs(5));
                         }
@@ -196,28 +204,36 @@ impl Link {
     {
         let started = Instant::now();
         let Some(conn) = self.conn.load_full() else {
-            let error = Unavailable(format!("not connected to Redis at {}", self.target));
             self.series(op).record(started.elapsed(), false);
-            return Err(error);
+            return Err(Unavailable(
+                "not connected to Redis yet (state.redis.url)".into(),
+            ));
         };
         // Boxed: a round trip's future is kilobytes (redis-rs's exchange), and every caller
         // up to the call's own task would otherwise carry it by value.
         let answer = tokio::time::timeout(self.timeout, Box::pin(run((*conn).clone()))).await;
         let result = match answer {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(Unavailable(describe(&e))),
-            Err(_) => Err(Unavailable(format!(
-                "Redis at {} did not answer within {} ms (state.redis.timeoutMs)",
-                self.target,
-                self.timeout.as_millis()
-            ))),
+            Ok(Err(e)) => Err((Unavailable(describe(&e)), e.to_string())),
+            Err(_) => {
+                let why = format!(
+                    "Redis did not answer within {} ms (state.redis.timeoutMs)",
+                    self.timeout.as_millis()
+                );
+                Err((Unavailable(why.clone()), why))
+            }
         };
         self.series(op).record(started.elapsed(), result.is_ok());
-        match &result {
-            Ok(_) => self.recovered(),
-            Err(e) => self.failed(e),
+        match result {
+            Ok(value) => {
+                self.recovered();
+                Ok(value)
+            }
+            Err((error, detail)) => {
+                self.failed(&error, &detail);
+                Err(error)
+            }
         }
-        result
     }
 
     /// Where Redis is (without credentials) and whether its last round trip answered.
@@ -232,10 +248,11 @@ impl Link {
         &self.series[op as usize]
     }
 
-    fn failed(&self, error: &Unavailable) {
+    /// `detail` is Redis' own error, which may name hosts: for the log only.
+    fn failed(&self, error: &Unavailable, detail: &str) {
         if !self.down.swap(true, Ordering::Relaxed) {
             self.metrics.state_up.set(0);
-            tracing::error!(target = %self.target, error = %error, "shared state (Redis) unavailable: rate limits and budgets fail open, non-idempotent calls get STATE_UNAVAILABLE");
+            tracing::error!(target = %self.target, error = %error, detail, "shared state (Redis) unavailable: rate limits and budgets fail open, non-idempotent calls get STATE_UNAVAILABLE");
         }
     }
 
@@ -247,20 +264,29 @@ impl Link {
     }
 }
 
-/// Redis' error with what an operator should check.
+/// What went wrong, by kind, with what an operator should check — not Redis' own
+/// text, which may name hosts (a cluster's `MOVED 1234 10.0.0.7:6379`, a DNS failure).
 fn describe(e: &redis::RedisError) -> String {
-    let hint = match e.kind() {
+    let what = match e.kind() {
         redis::ErrorKind::AuthenticationFailed => {
-            " (check the password: state.redis.url or state.redis.passwordFile)"
+            "Redis refused the password (check state.redis.url or state.redis.passwordFile)"
         }
-        _ if e.is_connection_refusal() => " (is Redis running at state.redis.url?)",
-        _ if e.is_timeout() => " (state.redis.timeoutMs)",
+        _ if e.is_connection_refusal() => {
+            "Redis refused the connection (is Redis running at state.redis.url?)"
+        }
+        _ if e.is_timeout() => "Redis did not answer in time (state.redis.timeoutMs)",
         _ if e.to_string().to_ascii_lowercase().contains("tls") => {
-            " (check TLS: rediss:// needs a server that speaks TLS, and a certificate this pod trusts)"
+            "TLS to Redis failed (rediss:// needs a server that speaks TLS, and a certificate this pod trusts)"
         }
-        _ => "",
+        _ if e.is_io_error() || e.is_connection_dropped() => {
+            "the connection to Redis failed (state.redis.url)"
+        }
+        _ => "Redis answered with an error",
     };
-    format!("{e}{hint}")
+    match e.code() {
+        Some(code) if code.chars().all(|c| c.is_ascii_uppercase()) => format!("{what} ({code})"),
+        _ => what.to_string(),
+    }
 }
 
 #[cfg(test)]

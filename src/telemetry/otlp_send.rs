@@ -26,6 +26,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use super::export::RuntimeHttpClient;
+use crate::input::url::shown;
 
 /// The gRPC method of `opentelemetry/proto/collector/trace/v1/trace_service.proto`.
 const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
@@ -94,11 +95,11 @@ impl Sender {
     /// first export.
     pub fn grpc(endpoint: &str, timeout: Duration) -> Result<Sender, String> {
         let endpoint = Endpoint::from_shared(endpoint.to_string())
-            .map_err(|e| format!("invalid endpoint {endpoint:?}: {e}"))?;
+            .map_err(|e| format!("invalid endpoint {}: {e}", shown(endpoint)))?;
         if endpoint.uri().scheme_str() != Some("http") {
             return Err(format!(
                 "{}: only plain-text (http://) collectors are supported",
-                endpoint.uri()
+                shown(&endpoint.uri().to_string())
             ));
         }
         let runtime = OwnRuntime::new()?;
@@ -120,10 +121,11 @@ impl Sender {
     pub fn http(url: &str, timeout: Duration) -> Result<Sender, String> {
         let url: http::Uri = url
             .parse()
-            .map_err(|e| format!("invalid endpoint {url:?}: {e}"))?;
+            .map_err(|e| format!("invalid endpoint {}: {e}", shown(url)))?;
         if url.scheme_str() != Some("http") || url.authority().is_none() {
             return Err(format!(
-                "{url}: only plain-text (http://host:port) collectors are supported"
+                "{}: only plain-text (http://host:port) collectors are supported",
+                shown(&url.to_string())
             ));
         }
         let runtime = OwnRuntime::new()?;

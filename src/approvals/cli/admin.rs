@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::{AdminArgs, Failure, ADMIN_VAR, DEFAULT_ADMIN, MAX_ANSWER, TIMEOUT, TOKEN_VAR};
+use crate::input::url::shown;
 
 /// The admin listener with the approver's credential, ready to send.
 pub(super) struct Admin {
@@ -41,10 +42,12 @@ impl Admin {
                 ))
             })?;
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|error| Failure::TokenFile {
-            path: shown.clone(),
-            error,
-        })?;
+        let text = crate::input::file::read_text(&path, crate::input::file::Bound::SMALL).map_err(
+            |e| Failure::TokenFile {
+                path: shown.clone(),
+                error: std::io::Error::other(e.reason()),
+            },
+        )?;
         let token = text.trim();
         if token.is_empty() {
             return Err(Failure::Usage(format!("the token file {shown} is empty")));
@@ -73,7 +76,8 @@ impl Admin {
         body: Option<Value>,
     ) -> Result<Value, Failure> {
         let url = format!("{}{path}", self.base);
-        let usage = |_| Failure::Usage(format!("{url} is not a URL toolgate can request"));
+        let usage =
+            |_| Failure::Usage(format!("{} is not a URL toolgate can request", shown(&url)));
         let mut request = Request::builder()
             .method(method)
             .uri(url.parse::<Uri>().map_err(usage)?)
@@ -85,11 +89,11 @@ impl Admin {
             }
             None => Bytes::new(),
         };
-        let request = request
-            .body(Full::new(bytes))
-            .map_err(|_| Failure::Usage(format!("{url} is not a URL toolgate can request")))?;
+        let request = request.body(Full::new(bytes)).map_err(|_| {
+            Failure::Usage(format!("{} is not a URL toolgate can request", shown(&url)))
+        })?;
         let unreachable = |error: String| Failure::Unreachable {
-            url: self.base.clone(),
+            url: shown(&self.base),
             error,
         };
         let exchange = async {
@@ -125,17 +129,19 @@ impl Admin {
 
 /// The base URL of `url`, or why it can't be used.
 fn check_url(url: &str) -> Result<String, Failure> {
-    let uri: Uri = url
+    let given = url;
+    let url = shown(given);
+    let uri: Uri = given
         .parse()
-        .map_err(|_| Failure::Usage(format!("the admin URL {url:?} is not a URL")))?;
+        .map_err(|_| Failure::Usage(format!("the admin URL {url} is not a URL")))?;
     match uri.scheme_str() {
-        Some("http") if uri.authority().is_some() => Ok(url.trim_end_matches('/').to_string()),
+        Some("http") if uri.authority().is_some() => Ok(given.trim_end_matches('/').to_string()),
         Some("https") => Err(Failure::Usage(format!(
             "the admin URL {url}: the admin listener serves plain HTTP on the pod's loopback; \
              use http:// (through kubectl port-forward from outside the pod)"
         ))),
         _ => Err(Failure::Usage(format!(
-            "the admin URL {url:?} must be an http:// URL like {DEFAULT_ADMIN}"
+            "the admin URL {url} must be an http:// URL like {DEFAULT_ADMIN}"
         ))),
     }
 }

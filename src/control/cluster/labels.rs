@@ -4,16 +4,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::input::file::{read_text, Bound, ReadError};
+
 #[derive(Debug, thiserror::Error)]
 pub enum LabelsError {
     #[error(
-        "cannot read pod labels {path}: {source}; mount the downward API `metadata.labels` \
+        "cannot read pod labels: {0}; mount the downward API `metadata.labels` \
          there, or point policies.kubernetes.podLabelsFile at a file of key=\"value\" lines"
     )]
-    Unreadable {
-        path: String,
-        source: std::io::Error,
-    },
+    Unreadable(#[from] ReadError),
     #[error("pod labels {path}, line {line}: {message}")]
     Malformed {
         path: String,
@@ -23,10 +22,7 @@ pub enum LabelsError {
 }
 
 pub fn load(path: &Path) -> Result<BTreeMap<String, String>, LabelsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| LabelsError::Unreadable {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let text = read_text(path, Bound::SMALL)?;
     parse(&text).map_err(|(line, message)| LabelsError::Malformed {
         path: path.display().to_string(),
         line,
@@ -80,7 +76,8 @@ fn unquote(raw: &str) -> Result<String, String> {
                     .ok()
                     .filter(|_| hex.len() == digits)
                     .and_then(char::from_u32)
-                    .ok_or(format!("bad escape \\{escaped}{hex}"))?
+                    // Without the digits: the error names the line, not the label's value.
+                    .ok_or(format!("bad escape \\{escaped}"))?
             }
             other => return Err(format!("unknown escape \\{other}")),
         });

@@ -22,6 +22,8 @@ use tokio::sync::mpsc;
 use super::Control;
 use crate::config::Kubernetes;
 use crate::crd::{AgentPolicy, ToolContract};
+use crate::input::file::{read_text, Bound};
+use crate::input::quiet;
 
 /// A watched kind. Each is its own index source, so a relist of one replaces only it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -70,8 +72,16 @@ impl Cluster {
     pub async fn connect(settings: &Kubernetes) -> anyhow::Result<Cluster> {
         let config = match &settings.kubeconfig {
             Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).with_context(|| {
-                    format!("policies.kubernetes.kubeconfig {}", path.display())
+                // Checked as every file is (a regular file, bounded) before kube reads it
+                // again itself, resolving its relative certificate paths.
+                read_text(path, Bound::SMALL)
+                    .map_err(|e| anyhow::anyhow!("policies.kubernetes.kubeconfig: {e}"))?;
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                    anyhow::anyhow!(
+                        "policies.kubernetes.kubeconfig {}: {}",
+                        path.display(),
+                        quiet::error(&e)
+                    )
                 })?;
                 Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
             }

@@ -34,6 +34,9 @@ pub enum Lost {
     Failed(String),
 }
 
+/// The name a lost watch is held under in `Control` (both kinds share it).
+const WATCH: &str = "cluster";
+
 type Mirror = BTreeMap<ObjectKey, Result<Object, ManifestError>>;
 
 pub struct Sync {
@@ -106,7 +109,7 @@ impl Sync {
                 }
                 if was_lost && !self.any_lost() {
                     tracing::info!("policy watch recovered; synchronized again");
-                    self.control.mark_synchronized();
+                    self.control.mark_resumed(WATCH);
                 }
             }
             Ok(Event::Apply(object)) => {
@@ -167,7 +170,10 @@ impl Sync {
     /// The gauge says 0 while any kind's watch is lost, whatever an update just set it to.
     fn report_sync(&self) {
         if self.any_lost() {
-            self.control.mark_unsynchronized();
+            self.control.mark_stalled(
+                WATCH,
+                "the watch of the API server was lost; the last good snapshot keeps serving until it lists again".into(),
+            );
         }
     }
 }

@@ -311,10 +311,11 @@ fn a_taken_audit_key_volume_name_is_refused() {
         Decision::Refuse(reason) => assert!(reason.contains("toolgate-audit-key"), "{reason}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
-    // Without the setting the name is the app's to use.
+    // Without the setting too: every `toolgate-` name is the sidecar's, whatever the
+    // settings of the day bring (a later setting must not lend it to the app).
     assert!(matches!(
         patch(&pod, &self::settings()),
-        Decision::Inject(_)
+        Decision::Refuse(_)
     ));
 }
 
@@ -426,4 +427,126 @@ fn pods_that_cannot_get_a_working_sidecar_are_refused_with_the_fix() {
     let mut spec = app(json!([{"containerPort": 8080}]));
     spec["volumes"] = json!([{"name": "toolgate-token", "emptyDir": {}}]);
     assert!(refusal(&mk_pod(opted_in(), spec)).contains("toolgate-token"));
+}
+
+fn borrowing() -> SidecarSettings {
+    SidecarSettings {
+        audit_key_secret: Some("audit-key".into()),
+        redis_password_secret: Some("redis".into()),
+        ..settings()
+    }
+}
+
+fn refused_with(spec: Value, settings: &SidecarSettings) -> String {
+    match patch(&mk_pod(opted_in(), spec), settings) {
+        Decision::Refuse(reason) => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_volume_the_sidecar_brings_is_in_the_reserved_names() {
+    for settings in [
+        settings(),
+        borrowing(),
+        SidecarSettings {
+            policies_config_map: Some("p".into()),
+            ..borrowing()
+        },
+    ] {
+        for volume in sidecar::volumes(&settings) {
+            assert!(
+                volume.name.starts_with(borrow::RESERVED_PREFIX),
+                "{}",
+                volume.name
+            );
+        }
+    }
+}
+
+#[test]
+fn containers_that_mount_the_sidecars_volumes_are_refused() {
+    let mount = |name: &str| json!([{"name": name, "mountPath": "/stolen"}]);
+    for (at, name) in [
+        ("containers", "toolgate-audit-key"),
+        ("containers", "toolgate-redis-password"),
+        ("initContainers", "toolgate-token"),
+        ("ephemeralContainers", "toolgate-policies"),
+        ("containers", "Toolgate-Audit-Key"),
+        ("containers", "toolgate-identity-of-the-future"),
+    ] {
+        let mut spec = app(json!([{"containerPort": 8080}]));
+        let thief = json!({"name": "thief", "image": "x", "volumeMounts": mount(name)});
+        match at {
+            "containers" => spec["containers"].as_array_mut().unwrap().push(thief),
+            other => spec[other] = json!([thief]),
+        }
+        let reason = refused_with(spec, &borrowing());
+        assert!(
+            reason.contains("\"thief\"") && reason.contains(name) && reason.contains("toolgate-"),
+            "{at} {name}: {reason}"
+        );
+    }
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["containers"][0]["volumeDevices"] =
+        json!([{"name": "toolgate-token", "devicePath": "/dev/x"}]);
+    assert!(refused_with(spec, &settings()).contains("toolgate-token"));
+}
+
+#[test]
+fn pods_that_reach_the_sidecars_secrets_by_name_are_refused() {
+    let with = |volumes: Value, env: Value| {
+        let mut spec = app(json!([{"containerPort": 8080}]));
+        spec["volumes"] = volumes;
+        spec["containers"][0]["env"] = env;
+        spec
+    };
+    let cases = [
+        with(
+            json!([{"name": "keys", "secret": {"secretName": "audit-key"}}]),
+            json!(null),
+        ),
+        with(
+            json!([{"name": "keys", "projected": {"sources": [{"secret": {"name": "redis"}}]}}]),
+            json!(null),
+        ),
+        with(
+            json!(null),
+            json!([{"name": "K", "valueFrom": {"secretKeyRef": {"name": "audit-key", "key": "key"}}}]),
+        ),
+    ];
+    for spec in cases {
+        let reason = refused_with(spec.clone(), &borrowing());
+        assert!(reason.contains("only the sidecar may read it"), "{reason}");
+        // Secrets the sidecar doesn't use are the app's business.
+        assert!(matches!(
+            patch(&mk_pod(opted_in(), spec), &settings()),
+            Decision::Inject(_)
+        ));
+    }
+    let mut spec = app(json!([{"containerPort": 8080}]));
+    spec["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "redis"}}]);
+    assert!(refused_with(spec, &borrowing()).contains("Redis password"));
+}
+
+#[test]
+fn debug_containers_may_not_mount_what_the_sidecar_brought() {
+    let settings = borrowing();
+    let (_, mut injected) = injected(
+        &mk_pod(opted_in(), app(json!([{"containerPort": 8080}]))),
+        &settings,
+    );
+    let debug_pod = |doc: &Value| serde_json::from_value::<Pod>(doc.clone()).unwrap();
+    injected["spec"]["ephemeralContainers"] =
+        json!([{"name": "debugger", "image": "busybox", "stdin": true}]);
+    assert_eq!(
+        debug(&debug_pod(&injected), &settings),
+        Decision::Skip { warning: None }
+    );
+    injected["spec"]["ephemeralContainers"][0]["volumeMounts"] =
+        json!([{"name": "toolgate-audit-key", "mountPath": "/k"}]);
+    let Decision::Refuse(reason) = debug(&debug_pod(&injected), &settings) else {
+        panic!("a debug container took the audit key");
+    };
+    assert!(reason.contains("\"debugger\""), "{reason}");
 }
