@@ -6,8 +6,8 @@
 //! [`verify`] compiles them with the sidecar's own parser and snapshot build (what
 //! `toolgate check` runs), and [`render`] prints them.
 //!
-//! Invariants: the output is deterministic (the same input prints the same bytes: drafts
-//! in source order, schema keys sorted); every printed object passes `toolgate check`
+//! Invariants: the output is deterministic (the same input prints the same bytes: MCP
+//! tools in listing order, OpenAPI operations by path then method, schema keys sorted); every printed object passes `toolgate check`
 //! (one the compiler refuses is printed commented out, with why); what a person must
 //! decide is a `# review:` comment; nothing secret is printed (no token, no URL userinfo
 //! or query), and text from the source reaches a comment only as one sanitized line.
