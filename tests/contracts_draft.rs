@@ -346,6 +346,37 @@ fn a_server_that_wants_a_token_refuses_none_and_a_wrong_one() {
         refused.stderr
     );
     assert!(!refused.stderr.contains("wrong-token-value-123"));
+    // A token from a pipe (`--token-file <(vault read …)`) works as a file does.
+    let mut piped = toolgate()
+        .args([
+            "contracts",
+            "draft",
+            "--from-mcp",
+            &server.url,
+            "--token-file",
+            "/dev/stdin",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    piped
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(TOKEN.as_bytes())
+        .unwrap();
+    let piped = piped.wait_with_output().unwrap();
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stderr)
+    );
+    assert_eq!(
+        contracts(&String::from_utf8(piped.stdout).unwrap()).len(),
+        9
+    );
     let empty = dir.path().join("empty");
     std::fs::write(&empty, "\n").unwrap();
     let out = draft(&[
@@ -379,7 +410,8 @@ fn a_cursor_that_repeats_ends_the_listing_with_an_error() {
     assert_eq!(server.requests().last().unwrap()["http"], "DELETE");
 }
 
-/// A loopback listener that answers every connection with `answer` (or never, if `None`).
+/// A loopback listener that answers every connection with `answer` and closes it, or
+/// (`None`) holds it open and never answers.
 fn raw_server(answer: Option<&'static str>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -387,12 +419,15 @@ fn raw_server(answer: Option<&'static str>) -> SocketAddr {
         let mut held = Vec::new();
         for stream in listener.incoming().flatten() {
             let mut stream = stream;
-            if let Some(answer) = answer {
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
-                let _ = stream.write_all(answer.as_bytes());
+            match answer {
+                // Answer, then close: the body ends where the answer does.
+                Some(answer) => {
+                    let mut buf = [0u8; 4096];
+                    let _ = stream.read(&mut buf);
+                    let _ = stream.write_all(answer.as_bytes());
+                }
+                None => held.push(stream),
             }
-            held.push(stream);
         }
     });
     addr
@@ -525,6 +560,39 @@ fn an_untrusted_certificate_is_refused_before_the_token_is_sent() {
     );
     assert!(!out.stderr.contains(TOKEN));
     assert_eq!(received.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[test]
+fn answers_a_client_cant_trust_are_errors_not_guesses() {
+    let cases = [
+        (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n\
+             event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n\
+             data: {\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{}}\n\n",
+            "initialize: the stream ended without a response to it",
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n\
+             {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":\"1999-01-01\\n# review: x\"}}",
+            "initialize: the server chose protocol revision \"1999-01-01 # review: x\"",
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n\
+             {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32600,\"message\":\"no\"}}",
+            "initialize failed with JSON-RPC error -32600: no",
+        ),
+        (
+            "HTTP/1.1 302 Found\r\nLocation: https://elsewhere.example/mcp\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            "HTTP 302; redirects are not followed",
+        ),
+    ];
+    for (answer, says) in cases {
+        let addr = raw_server(Some(answer));
+        let out = draft(&["--from-mcp", &format!("http://{addr}/mcp")]);
+        assert_eq!(out.code, Some(2), "{says}: {}", out.stderr);
+        assert!(out.stderr.contains(says), "{says}: {}", out.stderr);
+        assert!(out.yaml.is_empty());
+    }
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub enum DraftError {
         method: &'static str,
         after: Duration,
     },
+    #[error("{url}: the listing took more than {}s (ten times --timeout-seconds)", .after.as_secs())]
+    Slow { url: String, after: Duration },
     #[error("{url}: {method} was answered with HTTP {status}{hint}")]
     Status {
         url: String,

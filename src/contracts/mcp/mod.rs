@@ -1,6 +1,7 @@
 //! Drafting from an MCP server over Streamable HTTP: [`session`] lists the tools through
-//! [`transport`], [`tool`] turns each into a draft.
+//! [`transport`] (answers read by [`answer`]), [`tool`] turns each into a draft.
 
+pub mod answer;
 pub mod session;
 pub mod tool;
 pub mod transport;
@@ -29,7 +30,13 @@ pub async fn draft(
             endpoint.shown
         ));
     }
-    let listing = session::list(&endpoint).await?;
+    // Each request has the timeout; the whole conversation, pages included, ten of them.
+    let listing = tokio::time::timeout(timeout * 10, session::list(&endpoint))
+        .await
+        .map_err(|_| DraftError::Slow {
+            url: endpoint.shown.clone(),
+            after: timeout * 10,
+        })??;
     drafted.header = vec![
         format!(
             "Drafted by `toolgate contracts draft` from the MCP server {} ({}, protocol {}).",
@@ -58,11 +65,8 @@ fn read_token(path: &Path) -> Result<String, DraftError> {
         path: shown.clone(),
         reason,
     };
+    // Any readable file: a pipe too, so `--token-file <(vault read …)` works.
     let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(fail("not a regular file".into()));
-    }
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_TOKEN + 1), &mut text)
         .map_err(|_| fail("not readable text".into()))?;

@@ -3,29 +3,26 @@
 //! until the response with the request's id arrives.
 //!
 //! Bounded: every exchange ends within the timeout (connecting included), a message is at
-//! most [`MAX_MESSAGE`] bytes and a stream at most [`MAX_STREAM`]. The bearer token is a
+//! most [`answer::MAX_MESSAGE`] bytes, a stream at most [`answer::MAX_STREAM`], and all
+//! answers of a run together at most [`answer::MAX_TOTAL`]. The bearer token is a
 //! sensitive header, never followed through a redirect (none is followed) and never part
 //! of a message; the URL is shown without userinfo or query.
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::answer;
 use crate::contracts::DraftError;
-use crate::proxy::mcp::sse;
-
-/// One JSON-RPC message (a `tools/list` page with large schemas fits many times over).
-pub const MAX_MESSAGE: usize = 16 << 20;
-/// All the bytes of one answer stream, notifications before the response included.
-pub const MAX_STREAM: usize = 64 << 20;
 
 const SESSION: &str = "mcp-session-id";
 const PROTOCOL: &str = "mcp-protocol-version";
@@ -52,6 +49,8 @@ pub struct Endpoint {
     connector: Connector,
     authorization: Option<HeaderValue>,
     timeout: Duration,
+    /// Bytes of answers read so far, against [`MAX_TOTAL`].
+    read: AtomicUsize,
 }
 
 /// What the session adds to each request after `initialize`.
@@ -119,6 +118,7 @@ impl Endpoint {
             connector,
             authorization,
             timeout,
+            read: AtomicUsize::new(0),
         })
     }
 
@@ -149,7 +149,7 @@ impl Endpoint {
             if status != StatusCode::OK {
                 return Err(self.status(method, status));
             }
-            let answer = read_answer(response, &id).await;
+            let answer = answer::read(response, &id, &self.read).await;
             let message = answer.map_err(|reason| self.protocol(method, reason))?;
             Ok(Reply {
                 message,
@@ -290,90 +290,9 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
-async fn read_answer(response: hyper::Response<Incoming>, id: &Value) -> Result<Value, String> {
-    let media = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let body = response.into_body();
-    match media.as_str() {
-        "application/json" => {
-            let bytes = http_body_util::Limited::new(body, MAX_MESSAGE)
-                .collect()
-                .await
-                .map_err(|e| format!("reading the answer: {e}"))?
-                .to_bytes();
-            let value: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| format!("the answer is not JSON: {e}"))?;
-            find_response(value, id).ok_or_else(|| "the answer holds no response to it".into())
-        }
-        "text/event-stream" => read_stream(body, id).await,
-        other => Err(format!(
-            "the answer is {}, not application/json or text/event-stream",
-            if other.is_empty() { "untyped" } else { other }
-        )),
-    }
-}
-
-/// Reads SSE events until the response with `id`; notifications and server requests
-/// before it are skipped (listing tools needs nothing from the client).
-async fn read_stream(mut body: Incoming, id: &Value) -> Result<Value, String> {
-    let mut parser = sse::Parser::new(MAX_MESSAGE);
-    let mut total = 0usize;
-    loop {
-        let frame = body.frame().await;
-        let eof = frame.is_none();
-        if let Some(frame) = frame {
-            let frame = frame.map_err(|e| format!("reading the stream: {e}"))?;
-            if let Some(data) = frame.data_ref() {
-                total += data.len();
-                if total > MAX_STREAM {
-                    return Err(format!(
-                        "the stream passed {MAX_STREAM} bytes without answering"
-                    ));
-                }
-                parser.push(data);
-            }
-        }
-        while let Some(event) = parser.next_event(eof) {
-            if !event.is_message() || event.data.is_empty() {
-                continue;
-            }
-            let value: Value = serde_json::from_str(&event.data)
-                .map_err(|e| format!("an event is not JSON: {e}"))?;
-            if let Some(found) = find_response(value, id) {
-                return Ok(found);
-            }
-        }
-        parser.check().map_err(|e| e.to_string())?;
-        if eof {
-            return Err("the stream ended without a response to it".into());
-        }
-    }
-}
-
-/// The response to `id` in a message or a batch of them.
-fn find_response(value: Value, id: &Value) -> Option<Value> {
-    let answers = |m: &Value| {
-        m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
-    };
-    match value {
-        Value::Array(items) => items.into_iter().find(answers),
-        single if answers(&single) => Some(single),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn shown_urls_hold_no_secrets() {
@@ -420,14 +339,5 @@ mod tests {
         assert!(!local.token_in_the_clear());
         let none = Endpoint::open("http://mcp.example.com/mcp", None, t).unwrap();
         assert!(!none.token_in_the_clear());
-    }
-
-    #[test]
-    fn the_response_is_found_by_id() {
-        let id = json!(3);
-        let batch = json!([{"jsonrpc": "2.0", "method": "notifications/progress"}, {"jsonrpc": "2.0", "id": 3, "result": {}}]);
-        assert!(find_response(batch, &id).is_some());
-        assert!(find_response(json!({"id": 2, "result": {}}), &id).is_none());
-        assert!(find_response(json!({"id": 3, "method": "ping"}), &id).is_none());
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod arguments;
 pub mod body;
+pub mod defs;
 pub mod direction;
 pub mod document;
 pub mod flatten;

@@ -14,16 +14,21 @@
 //! Only references inside the document (`#/…`) are followed; the sidecar never fetches a
 //! schema, and neither does drafting. Work is bounded: a schema that would grow past
 //! [`BUDGET`] nodes when inlined is drafted with every shared schema under `$defs`
-//! instead (linear in the document's size).
+//! instead (linear in the document's size), and a whole document may produce at most
+//! [`DOCUMENT_BUDGET`] nodes.
 
 use percent_encoding::percent_decode_str;
 use serde_json::{json, Map, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::Cell;
 
+pub use super::defs::Defs;
 use crate::contracts::dialect::{LISTS, MAPS, SINGLE};
 
 /// Nodes one contract side may inline before it falls back to `$defs`.
 pub const BUDGET: usize = 100_000;
+/// Schema nodes one whole document may produce, every operation together: a hard bound
+/// on a run's work however its `$ref`s are arranged (a few seconds at most).
+pub const DOCUMENT_BUDGET: usize = 20_000_000;
 /// The deepest an inlined schema may nest; deeper is an error, not a stack overflow.
 pub const MAX_DEPTH: usize = 96;
 /// The longest chain of `$ref`s to `$ref`s that is followed.
@@ -61,6 +66,8 @@ pub struct Resolver<'a> {
     root: &'a Value,
     /// OpenAPI 3.0: keywords beside a `$ref` other than annotations are ignored.
     siblings_apply: bool,
+    /// Schema nodes produced so far, against [`DOCUMENT_BUDGET`].
+    spent: Cell<usize>,
 }
 
 impl<'a> Resolver<'a> {
@@ -68,7 +75,21 @@ impl<'a> Resolver<'a> {
         Resolver {
             root,
             siblings_apply,
+            spent: Cell::new(0),
         }
+    }
+
+    /// Counts one node produced; an error once the document's budget is spent.
+    fn spend(&self) -> Result<(), String> {
+        let spent = self.spent.get() + 1;
+        self.spent.set(spent);
+        if spent > DOCUMENT_BUDGET {
+            return Err(format!(
+                "resolving its $refs produces more than {DOCUMENT_BUDGET} schema nodes; draft \
+                 a part of the document at a time"
+            ));
+        }
+        Ok(())
     }
 
     /// `value` with its chain of `$ref`s followed to the object it names.
@@ -101,78 +122,6 @@ impl<'a> Resolver<'a> {
         self.root
             .pointer(&pointer)
             .ok_or_else(|| format!("$ref {reference:?} points at nothing in the document"))
-    }
-}
-
-/// The `$defs` one contract side (its input or its output) collects.
-#[derive(Default)]
-pub struct Defs {
-    /// Reference → its name under `$defs`.
-    names: BTreeMap<String, String>,
-    bodies: BTreeMap<String, Value>,
-    /// References kept under `$defs` (recursive ones, or all of them past the budget).
-    kept: BTreeSet<String>,
-    spent: usize,
-    /// Past the budget: every reference below the top goes under `$defs`.
-    pub shared: bool,
-}
-
-impl Defs {
-    /// `shared`: every reference below the top goes under `$defs` (past the budget).
-    pub fn new(shared: bool) -> Defs {
-        Defs {
-            shared,
-            ..Defs::default()
-        }
-    }
-
-    /// Adds the collected definitions to `schema`'s root; the names, for a note.
-    pub fn attach(self, schema: &mut Value) -> Vec<String> {
-        if self.bodies.is_empty() {
-            return Vec::new();
-        }
-        let names = self.bodies.keys().cloned().collect();
-        if let Value::Object(map) = schema {
-            let defs = map.entry("$defs").or_insert_with(|| json!({}));
-            if let Value::Object(defs) = defs {
-                defs.extend(self.bodies);
-            }
-        }
-        names
-    }
-
-    fn name_for(&mut self, reference: &str) -> String {
-        if let Some(name) = self.names.get(reference) {
-            return name.clone();
-        }
-        let last = reference.rsplit('/').next().unwrap_or("schema");
-        let base: String = percent_decode_str(last)
-            .decode_utf8_lossy()
-            .replace("~1", "_")
-            .replace("~0", "_")
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let base = if base.is_empty() {
-            "schema".to_string()
-        } else {
-            base
-        };
-        let taken: BTreeSet<&String> = self.names.values().collect();
-        let mut name = base.clone();
-        let mut n = 2;
-        while taken.contains(&name) {
-            name = format!("{base}_{n}");
-            n += 1;
-        }
-        self.names.insert(reference.to_string(), name.clone());
-        name
     }
 }
 
@@ -219,6 +168,7 @@ impl<'r, 'a> Inliner<'r, 'a> {
                 "a schema nests more than {MAX_DEPTH} levels once its $refs are resolved"
             )));
         }
+        self.resolver.spend().map_err(Some)?;
         self.defs.spent += 1;
         if !self.defs.shared && self.defs.spent > BUDGET {
             return Err(None);
