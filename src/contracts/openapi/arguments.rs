@@ -244,15 +244,16 @@ fn assemble(args: &mut Args, outcome: body::Outcome) -> Value {
     if !required.is_empty() {
         schema.insert("required".into(), json!(required));
     }
-    match outcome.additional {
-        Some(additional) => {
-            schema.insert("additionalProperties".into(), additional);
-        }
-        None => args.review(
-            "input accepts properties it doesn't declare (the body schema allows them): add \
-             additionalProperties: false unless the backend needs them"
+    let closed = outcome.additional == Some(Value::Bool(false));
+    if let Some(additional) = outcome.additional {
+        schema.insert("additionalProperties".into(), additional);
+    }
+    if !closed {
+        args.review(
+            "input accepts properties it doesn't declare (the body schema allows them): make \
+             it additionalProperties: false unless the backend needs them"
                 .into(),
-        ),
+        );
     }
     if let Some(rest) = outcome.rest {
         schema.insert("allOf".into(), json!([rest]));
@@ -273,3 +274,6 @@ pub fn template_params(path: &str) -> Vec<String> {
     }
     names
 }
+
+#[cfg(test)]
+mod tests;
