@@ -11,6 +11,7 @@ pub mod approvals;
 pub mod audit;
 pub mod check;
 pub mod config;
+pub mod contracts; // `toolgate contracts draft` (issue 47)
 pub mod control;
 pub mod controller; // status on the objects (issue 48)
 pub mod crd;

@@ -88,6 +88,11 @@ enum Command {
         #[arg(long)]
         key_file: Option<PathBuf>,
     },
+    /// Draft ToolContracts from what a backend already describes, for review.
+    Contracts {
+        #[command(subcommand)]
+        command: ContractsCommand,
+    },
     /// Audit log tools.
     Audit {
         #[command(subcommand)]
@@ -113,6 +118,30 @@ enum AuditCommand {
         /// sidecar's shutdown log line): a log ending before it was cut.
         #[arg(long)]
         expect_seq: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ContractsCommand {
+    /// Print ToolContract YAML (one document per tool) drafted from an MCP server's
+    /// tools/list or an OpenAPI 3.0/3.1 document; `# review:` comments mark what a person
+    /// must decide. The output passes `toolgate check`. Exit 2 on bad input.
+    Draft {
+        /// The MCP server's Streamable HTTP endpoint (http:// or https://).
+        #[arg(long, value_name = "URL", conflicts_with_all = ["from_openapi", "base_path"], required_unless_present = "from_openapi")]
+        from_mcp: Option<String>,
+        /// A file holding the bearer token the MCP server wants (never printed).
+        #[arg(long, value_name = "F", requires = "from_mcp")]
+        token_file: Option<PathBuf>,
+        /// An OpenAPI 3.0 or 3.1 document, YAML or JSON.
+        #[arg(long, value_name = "FILE")]
+        from_openapi: Option<PathBuf>,
+        /// The prefix of every binding's path (default: the path of servers[0].url).
+        #[arg(long, value_name = "P", requires = "from_openapi")]
+        base_path: Option<String>,
+        /// How long each request to the MCP server may take, connecting included.
+        #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        timeout_seconds: u64,
     },
 }
 
@@ -151,6 +180,22 @@ fn main() -> ExitCode {
             max_changed,
             allow_broken,
             key_file.as_deref(),
+        ),
+        Command::Contracts {
+            command:
+                ContractsCommand::Draft {
+                    from_mcp,
+                    token_file,
+                    from_openapi,
+                    base_path,
+                    timeout_seconds,
+                },
+        } => draft_contracts(
+            from_mcp.as_deref(),
+            token_file.as_deref(),
+            from_openapi.as_deref(),
+            base_path.as_deref(),
+            timeout_seconds,
         ),
         Command::Approvals { command } => runtime()
             .map(|rt| rt.block_on(toolgate::approvals::cli::run(command, std::env::vars()))),
@@ -212,6 +257,35 @@ fn until_done(
     let result = rt.block_on(server);
     rt.shutdown_timeout(EXIT_GRACE);
     result
+}
+
+fn draft_contracts(
+    from_mcp: Option<&str>,
+    token_file: Option<&Path>,
+    from_openapi: Option<&Path>,
+    base_path: Option<&str>,
+    timeout_seconds: u64,
+) -> anyhow::Result<ExitCode> {
+    use toolgate::contracts;
+    let drafted = match (from_mcp, from_openapi) {
+        (Some(url), _) => {
+            let timeout = std::time::Duration::from_secs(timeout_seconds);
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(contracts::mcp::draft(url, token_file, timeout))?
+        }
+        (None, Some(file)) => contracts::openapi::draft(file, base_path)?,
+        (None, None) => anyhow::bail!("give --from-mcp URL or --from-openapi FILE"),
+    };
+    let mut out = std::io::stdout().lock();
+    std::io::Write::write_all(&mut out, contracts::render::render(&drafted).as_bytes())?;
+    std::io::Write::flush(&mut out)?;
+    for warning in &drafted.warnings {
+        eprintln!("warning: {}", contracts::render::comment(warning));
+    }
+    eprintln!("{}", drafted.summary());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
