@@ -41,7 +41,8 @@ impl Approvals {
                 usize::try_from(settings.max_pending).unwrap_or(usize::MAX),
             )),
         };
-        let approvers = ApproverIdentity::load(&settings.approvers)
+        let fetcher = crate::identity::remote::Fetcher::new(metrics.jwks_refreshes.clone());
+        let approvers = ApproverIdentity::load(&settings.approvers, &fetcher)
             .map_err(|e| anyhow::anyhow!("approvals.approvers: {e}"))?;
         let notifier = match &settings.notify_url {
             Some(url) => Some(

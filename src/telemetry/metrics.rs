@@ -110,6 +110,8 @@ pub struct Metrics {
     pub state_duration: Histograms<StateLabels>,
     /// Approval transitions by tool and outcome (requested, approved, denied, expired, used).
     pub approvals: Family<ApprovalLabels, Counter>,
+    /// Fetches of issuers' keys by issuer and result (`identity::remote`).
+    pub jwks_refreshes: crate::identity::remote::Refreshes,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
     /// The semantic conventions' duration histograms.
@@ -207,8 +209,15 @@ impl Metrics {
             "Human approvals by tool and outcome: requested, approved, denied, expired, used",
             approvals.clone(),
         );
+        let jwks_refreshes = crate::identity::remote::Refreshes::default();
+        registry.register(
+            "toolgate_jwks_refresh",
+            "Fetches of an issuer's keys (JWKS URL, discovery, Kubernetes API server), by issuer and result: ok or error",
+            jwks_refreshes.clone(),
+        );
         let conventions = ConventionMetrics::register(&mut registry);
         Metrics {
+            jwks_refreshes,
             registry,
             conventions,
             tools: RwLock::default(),
