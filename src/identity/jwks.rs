@@ -12,7 +12,7 @@
 //! once more, so a key the provider just rotated in is accepted on its first use.
 
 use arc_swap::ArcSwap;
-use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
+use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -69,8 +69,8 @@ impl KeySet {
     }
 
     /// A JWKS an identity provider publishes: keys toolgate can't use (encryption keys,
-    /// other key types) are skipped, as every relying party does, but at least one must
-    /// be usable. The error never quotes the document.
+    /// symmetric keys, other key types) are skipped, as every relying party does, but at
+    /// least one must be usable. The error never quotes the document.
     pub fn parse_published(body: &[u8]) -> Result<KeySet, String> {
         #[derive(serde::Deserialize)]
         struct Published {
@@ -88,6 +88,7 @@ impl KeySet {
             .into_iter()
             .filter_map(|value| serde_json::from_value::<Jwk>(value).ok())
             .filter(|jwk| !matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)))
+            .filter(|jwk| !matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)))
             .filter_map(|jwk| Key::of(&jwk).ok())
             .collect();
         if keys.is_empty() {
