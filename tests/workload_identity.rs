@@ -310,3 +310,45 @@ fn a_policy_naming_a_malformed_service_account_is_refused() {
     assert!(text.contains("spec.agents[0]"), "{text}");
     assert!(text.contains("serviceaccount:<namespace>/<name>"), "{text}");
 }
+
+/// docs/install.md's agent pod is one Kubernetes accepts, and its token is requested for
+/// the audience injected sidecars accept by default.
+#[test]
+fn the_documented_agent_pod_requests_a_token_the_sidecar_accepts() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/install.md")).unwrap();
+    let section = doc
+        .split("### The agent's identity")
+        .nth(1)
+        .expect("docs/install.md has the section");
+    let yaml = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    common::kube_tools::validate(yaml, "docs/install.md agent pod");
+    let objects: Vec<Value> = serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let pod = &objects[1]["spec"]["template"]["spec"];
+    let token = &pod["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"];
+    let defaults = toolgate::inject::settings::InjectSettings::default();
+    assert!(defaults.sidecar.workload_identity.enabled);
+    assert_eq!(
+        token["audience"].as_str(),
+        defaults
+            .sidecar
+            .workload_identity
+            .audiences
+            .first()
+            .map(String::as_str)
+    );
+    assert_eq!(pod["serviceAccountName"], objects[0]["metadata"]["name"]);
+    // The policy example names that ServiceAccount.
+    let agent = format!(
+        "serviceaccount:{}/{}",
+        objects[0]["metadata"]["namespace"].as_str().unwrap(),
+        objects[0]["metadata"]["name"].as_str().unwrap()
+    );
+    assert!(doc.contains(&format!("agents: [\"{agent}\"]")), "{agent}");
+}
