@@ -352,3 +352,58 @@ fn the_documented_agent_pod_requests_a_token_the_sidecar_accepts() {
     );
     assert!(doc.contains(&format!("agents: [\"{agent}\"]")), "{agent}");
 }
+
+/// The first JWT issuer may keep bare ids beside workload identity, but not ids of the
+/// ServiceAccount form, in either spelling; each token goes to its own source.
+#[tokio::test]
+async fn a_bare_jwt_issuer_beside_the_cluster_cannot_name_a_service_account() {
+    let api = FakeApiServer::start().await;
+    let sa_key = SigningKey::rsa("sa-1");
+    api.serve_issuer(CLUSTER, &jwks(&[&sa_key]), SIDECAR_TOKEN);
+    let kubeconfig = api.kubeconfig_as("default", SIDECAR_TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let idp = SigningKey::ec("idp-1");
+    let idp_jwks = dir.path().join("idp.json");
+    std::fs::write(&idp_jwks, jwks(&[&idp])).unwrap();
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: format!(
+                "{CONTRACTS}---{POLICIES}---\napiVersion: toolgate.dev/v1alpha1\nkind: AgentPolicy\nmetadata: {{name: idp-bot}}\nspec:\n  agents: [idp-bot]\n  tools: [{{name: read_logs}}]\n"
+            ),
+            tweak: Box::new(move |s| {
+                s.identity.tokens = None;
+                s.identity.kubernetes.enabled = true;
+                s.identity.kubernetes.kubeconfig = Some(kubeconfig);
+                s.identity.jwt = serde_json::from_value(json!([
+                    {"issuer": "https://idp.example", "audience": "toolgate", "jwks": idp_jwks}
+                ]))
+                .unwrap();
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    let idp_says = |sub: &str| {
+        idp.sign(&json!({"iss": "https://idp.example", "aud": "toolgate", "sub": sub, "exp": now() + 300}))
+    };
+    let call = |token: String| {
+        let h = &h;
+        async move { h.call("GET", "/logs/orders", Some(&token), &[], "").await }
+    };
+    let r = call(idp_says("idp-bot")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(backend.last().headers["x-toolgate-agent"], "idp-bot");
+    let r = call(sa_key.sign(&sa_claims("reports", "reporter", "toolgate"))).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    for borrowed in [
+        "system:serviceaccount:reports:reporter",
+        "serviceaccount:reports/reporter",
+    ] {
+        call(idp_says(borrowed))
+            .await
+            .assert_refused("UNAUTHENTICATED", 401);
+    }
+    h.stop().await;
+}

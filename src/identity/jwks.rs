@@ -12,13 +12,13 @@
 //! once more, so a key the provider just rotated in is accepted on its first use.
 
 use arc_swap::ArcSwap;
-use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, JwkSet, PublicKeyUse};
-use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{decode, decode_header, Algorithm, Validation};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::keyset::KeySet;
 use super::remote::{Fetcher, Origin, Remote};
 use crate::config::KeySource;
 
@@ -37,116 +37,6 @@ const ASYMMETRIC: [Algorithm; 9] = [
 const LEEWAY_SECONDS: u64 = 30;
 /// Tokens longer than this are refused before any parsing.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
-
-struct Key {
-    kid: Option<String>,
-    alg: Option<Algorithm>,
-    decoding: DecodingKey,
-}
-
-/// The keys of one JWKS document, and the issuer a discovery document named for them.
-pub struct KeySet {
-    keys: Vec<Key>,
-    /// Set for keys whose issuer is learnt, not configured (workload identity).
-    issuer: Option<String>,
-}
-
-impl KeySet {
-    /// A JWKS file: every key must be usable, so a typo is an error, not a missing key.
-    pub fn parse(json: &str) -> Result<KeySet, String> {
-        let set: JwkSet =
-            serde_json::from_str(json).map_err(|e| format!("not a JWKS document: {e}"))?;
-        let mut keys = Vec::new();
-        for jwk in &set.keys {
-            keys.push(
-                Key::of(jwk).map_err(|e| format!("unusable key {:?}: {e}", jwk.common.key_id))?,
-            );
-        }
-        if keys.is_empty() {
-            return Err("the JWKS has no keys".into());
-        }
-        Ok(KeySet { keys, issuer: None })
-    }
-
-    /// A JWKS an identity provider publishes: keys toolgate can't use (encryption keys,
-    /// symmetric keys, other key types) are skipped, as every relying party does, but at
-    /// least one must be usable. The error never quotes the document.
-    pub fn parse_published(body: &[u8]) -> Result<KeySet, String> {
-        #[derive(serde::Deserialize)]
-        struct Published {
-            keys: Vec<Value>,
-        }
-        let set: Published = serde_json::from_slice(body).map_err(|e| {
-            format!(
-                "not a JWKS document (line {}, column {})",
-                e.line(),
-                e.column()
-            )
-        })?;
-        let keys: Vec<Key> = set
-            .keys
-            .into_iter()
-            .filter_map(|value| serde_json::from_value::<Jwk>(value).ok())
-            .filter(|jwk| !matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)))
-            .filter(|jwk| !matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)))
-            .filter_map(|jwk| Key::of(&jwk).ok())
-            .collect();
-        if keys.is_empty() {
-            return Err("the JWKS has no usable signing key".into());
-        }
-        Ok(KeySet { keys, issuer: None })
-    }
-
-    /// No keys yet: every token is [`JwtError::UnknownKey`] until the first fetch.
-    pub fn empty() -> KeySet {
-        KeySet {
-            keys: Vec::new(),
-            issuer: None,
-        }
-    }
-
-    /// These keys, vouched for by `issuer` (a discovery document's `issuer`).
-    pub fn with_issuer(mut self, issuer: String) -> KeySet {
-        self.issuer = Some(issuer);
-        self
-    }
-
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    /// The key ids, for logs that say what changed.
-    pub fn kids(&self) -> Vec<&str> {
-        self.keys.iter().filter_map(|k| k.kid.as_deref()).collect()
-    }
-
-    /// Whether some key may verify a token naming `kid`: one with that kid, or one that
-    /// names none (tried for every token).
-    fn knows(&self, kid: &str) -> bool {
-        self.keys
-            .iter()
-            .any(|k| k.kid.as_deref().is_none_or(|have| have == kid))
-    }
-}
-
-impl Key {
-    fn of(jwk: &Jwk) -> Result<Key, String> {
-        let decoding = DecodingKey::from_jwk(jwk).map_err(|e| e.to_string())?;
-        let alg = jwk
-            .common
-            .key_algorithm
-            .and_then(|a| a.to_string().parse::<Algorithm>().ok());
-        Ok(Key {
-            kid: jwk.common.key_id.clone(),
-            alg,
-            decoding,
-        })
-    }
-}
 
 /// Why a token was not accepted. Shown only in logs; the agent learns only that its
 /// credential is not valid.
@@ -235,15 +125,6 @@ impl Issuer {
         })
     }
 
-    /// The issuer whose tokens carry `iss`: the configured one, or, for keys whose issuer
-    /// is learnt, the one last fetched.
-    pub fn accepts_iss(&self, iss: &str) -> bool {
-        if self.fixed_iss {
-            return self.issuer == iss;
-        }
-        self.keys.load().issuer.as_deref() == Some(iss)
-    }
-
     /// Whether tokens carrying `iss` are certainly not this issuer's (for a learnt issuer,
     /// only once it is learnt: until then any `iss` may be).
     pub fn rules_out_iss(&self, iss: &str) -> bool {
@@ -252,8 +133,7 @@ impl Issuer {
         }
         self.keys
             .load()
-            .issuer
-            .as_deref()
+            .issuer()
             .is_some_and(|learnt| learnt != iss)
     }
 
@@ -320,9 +200,9 @@ impl Issuer {
         if keys.is_empty() || header.kid.as_deref().is_some_and(|kid| !keys.knows(kid)) {
             return Err(JwtError::UnknownKey);
         }
-        let iss = match (self.fixed_iss, &keys.issuer) {
+        let iss = match (self.fixed_iss, keys.issuer()) {
             (true, _) => self.issuer.as_str(),
-            (false, Some(learnt)) => learnt.as_str(),
+            (false, Some(learnt)) => learnt,
             (false, None) => return Err(JwtError::UnknownKey),
         };
         let mut validation = Validation::new(header.alg);
@@ -338,7 +218,7 @@ impl Issuer {
         }
         validation.set_required_spec_claims(&required);
         let mut last = JwtError::NoKey;
-        for key in keys.keys.iter().filter(|k| match (&header.kid, &k.kid) {
+        for key in keys.keys().iter().filter(|k| match (&header.kid, &k.kid) {
             (Some(want), Some(have)) => want == have,
             _ => true,
         }) {

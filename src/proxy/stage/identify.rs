@@ -157,9 +157,10 @@ async fn token_agent(
     token: &str,
 ) -> Option<Result<(Agent, bool), &'static str>> {
     let verdict = match (&identity.jwt, &identity.workload) {
-        (Some(jwt), _) if jwt.issues(token) => jwt.verify(token).await,
-        (_, Some(workload)) => workload.verify(token).await,
-        (Some(jwt), None) => jwt.verify(token).await,
+        // Only with both is the token's issuer looked at first, to pick the source.
+        (Some(jwt), Some(workload)) if !jwt.issues(token) => workload.verify(token).await,
+        (Some(jwt), _) => jwt.verify(token).await,
+        (None, Some(workload)) => workload.verify(token).await,
         (None, None) => return None,
     };
     Some(admitted(identity, verdict))
