@@ -511,3 +511,44 @@ async fn the_binary_trusts_the_cas_of_ssl_cert_file() {
     assert_eq!(status, 200);
     assert_eq!(server.hits(JWKS_PATH), 1);
 }
+
+/// Approvers' keys by URL too: the approval API accepts an approver's token signed with a
+/// key the provider just rotated in, and refuses one it never published.
+#[tokio::test]
+async fn approvers_keys_come_from_a_url_and_rotate() {
+    let (a1, a2) = (SigningKey::ec("a1"), SigningKey::ec("a2"));
+    let server = KeyServer::start(&[&a1]).await;
+    let jwks_url = server.jwks_url();
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| {
+                s.approvals.approvers.jwt = serde_json::from_value(json!([
+                    {"issuer": "https://people.example", "audience": "toolgate-approvals", "jwks": jwks_url}
+                ]))
+                .unwrap();
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    let list = |key: &SigningKey| {
+        let token = key.sign(&json!({"iss": "https://people.example", "aud": "toolgate-approvals",
+                                     "sub": "alice", "groups": ["finance-leads"], "exp": now() + 300}));
+        let (client, url) = (h.client.clone(), format!("{}/approvals", h.admin()));
+        async move {
+            let request = http::Request::get(url)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Default::default())
+                .unwrap();
+            client.request(request).await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(list(&a1).await, 200);
+    server.set_keys(&[&a1, &a2]);
+    assert_eq!(list(&a2).await, 200);
+    assert_eq!(list(&SigningKey::ec("a3")).await, 401);
+    assert_eq!(server.hits(JWKS_PATH), 2);
+    h.stop().await;
+}

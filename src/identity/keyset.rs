@@ -69,7 +69,7 @@ impl KeySet {
         Ok(KeySet { keys, issuer: None })
     }
 
-    /// No keys yet: every token is [`JwtError::UnknownKey`] until the first fetch.
+    /// No keys yet: every token is [`super::jwks::JwtError::UnknownKey`] until the first fetch.
     pub fn empty() -> KeySet {
         KeySet {
             keys: Vec::new(),
