@@ -55,7 +55,7 @@ fn stages(c: &mut Criterion) {
     let tool = snapshot.tool("search_logs").unwrap();
     let contract = snapshot.contract(tool);
     let policy = snapshot.policy_for(AGENT).unwrap();
-    let agent = identify(&identity, &headers, None).unwrap();
+    let agent = futures_executor::block_on(identify(&identity, &headers, None)).unwrap();
     let args = Args::from(common::args());
     let view = RequestView {
         method: "POST",
@@ -80,7 +80,9 @@ fn stages(c: &mut Criterion) {
         });
     }
     c.bench_function("identify/static_token", |b| {
-        b.iter(|| identify(&identity, black_box(&headers), None).unwrap())
+        b.iter(|| {
+            futures_executor::block_on(identify(&identity, black_box(&headers), None)).unwrap()
+        })
     });
     c.bench_function("validate/11_properties", |b| {
         b.iter_batched(
@@ -203,7 +205,7 @@ fn stages(c: &mut Criterion) {
     c.bench_function("call/gate_decision", |b| {
         b.iter(|| {
             let call = classify(&snapshot, &Method::POST, "/search", None, &body, true).unwrap();
-            let agent = identify(&identity, &headers, None).unwrap();
+            let agent = futures_executor::block_on(identify(&identity, &headers, None)).unwrap();
             let policy = authorize::policy(&snapshot, &agent.id).unwrap();
             let contract = snapshot.contract(call.tool);
             let args = decide(

@@ -15,8 +15,11 @@ use crate::audit::AuditLog;
 use crate::config::{Settings, StateBackend};
 use crate::control::cluster::{self, Cluster};
 use crate::control::{files, Control};
+use crate::identity::jwks::Issuer;
 use crate::identity::jwt::AgentJwt;
+use crate::identity::kubernetes::Workload;
 use crate::identity::namespace::Namespaces;
+use crate::identity::remote::Fetcher;
 use crate::identity::task::TaskTokens;
 use crate::identity::Tokens;
 use crate::limits::{Capacity, Clock, Ledger};
@@ -35,6 +38,10 @@ use crate::tls::TlsConfig;
 
 /// How long startup waits for the audit sink to take the `start` record.
 const START_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long startup waits for fetched keys (JWKS URLs, discovery, the API server): the
+/// first calls then find them, and a provider that is down delays the start this long
+/// at most (its issuer's tokens are refused until its keys arrive).
+const FIRST_KEYS_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct Sidecar {
     pub agent_addr: SocketAddr,
@@ -102,7 +109,7 @@ impl Sidecar {
         if let Some(cluster) = cluster {
             background.push(tokio::spawn(cluster.run(control.clone())));
         }
-        let identity = load_identity(&settings, &mut background)?;
+        let identity = load_identity(&settings, &metrics, &mut background).await?;
         let tls = match &settings.tls {
             Some(tls) => {
                 let tls = Arc::new(
@@ -271,34 +278,22 @@ fn settings_digest(settings: &Settings) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(json)))
 }
 
-/// Static tokens, agent JWT issuers and task issuers, each watched for changes; the
-/// OAuth resource server and the agent id namespaces, fixed at start.
-fn load_identity(
+/// Static tokens, agent JWT issuers, workload identity and task issuers, each watched or
+/// refreshed; the OAuth resource server and the agent id namespaces, fixed at start.
+async fn load_identity(
     settings: &Settings,
+    metrics: &Metrics,
     background: &mut Vec<JoinHandle<()>>,
 ) -> anyhow::Result<Identity> {
-    // Settings built in code (not parsed) are held to the same rule: no issuer may
-    // assert another source's agents.
+    // Settings built in code (not parsed) are held to the same rules: each issuer's keys
+    // come from one place, and no issuer may assert another source's agents.
+    crate::config::jwks::check(settings, "settings")?;
     crate::config::sources::check(settings, "settings")?;
-    let other_sources = settings.identity.tokens.is_some()
-        || settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
-    if let Some(first) = settings
-        .identity
-        .jwt
-        .first()
-        .filter(|j| other_sources && j.agent_prefix.is_none())
-    {
-        tracing::warn!(issuer = %first.issuer, "identity.jwt[0] has no agentPrefix beside the token file or client certificates: it can't name a token-file agent, but could name a client certificate's id; set agentPrefix to keep the sources apart");
-    }
+    warn_bare_first_issuer(settings);
+    let fetcher = Fetcher::new(metrics.jwks_refreshes.clone());
     let mut identity = Identity {
         oauth: settings.identity.oauth.as_ref().map(ResourceServer::new),
-        namespaces: Namespaces::new(
-            settings
-                .identity
-                .jwt
-                .iter()
-                .filter_map(|j| j.agent_prefix.as_deref()),
-        ),
+        namespaces: Namespaces::new(crate::config::sources::reserved_prefixes(settings)),
         ..Identity::default()
     };
     if let Some(path) = &settings.identity.tokens {
@@ -310,23 +305,60 @@ fn load_identity(
         background.push(tokio::spawn(tokens.clone().watch(path.clone())));
         identity.tokens = Some(tokens);
     }
+    let mut issuers: Vec<Arc<Issuer>> = Vec::new();
     if !settings.identity.jwt.is_empty() {
-        let jwt = AgentJwt::load(&settings.identity.jwt)
+        let jwt = AgentJwt::load(&settings.identity.jwt, &fetcher)
             .map_err(anyhow::Error::msg)
             .context("identity.jwt")?;
-        for issuer in jwt.issuers() {
-            background.push(tokio::spawn(issuer.clone().watch()));
-        }
+        issuers.extend(jwt.issuers().cloned());
         identity.jwt = Some(jwt);
     }
+    if settings.identity.kubernetes.enabled {
+        let workload = Workload::connect(&settings.identity.kubernetes, &fetcher)
+            .await
+            .context("identity.kubernetes")?;
+        issuers.push(workload.issuer().clone());
+        identity.workload = Some(workload);
+    }
     if !settings.identity.task_issuers.is_empty() {
-        let tasks = TaskTokens::load(&settings.identity.task_issuers)
+        let tasks = TaskTokens::load(&settings.identity.task_issuers, &fetcher)
             .map_err(anyhow::Error::msg)
             .context("identity.taskIssuers")?;
-        for issuer in tasks.issuers() {
-            background.push(tokio::spawn(issuer.clone().watch()));
-        }
+        issuers.extend(tasks.issuers().cloned());
         identity.tasks = Some(tasks);
     }
+    for issuer in &issuers {
+        background.push(tokio::spawn(issuer.clone().watch()));
+    }
+    first_keys(&issuers).await;
     Ok(identity)
+}
+
+/// Waits (together, at most [`FIRST_KEYS_WAIT`]) for every fetched key set's first
+/// answer, and says which issuers start without keys.
+async fn first_keys(issuers: &[Arc<Issuer>]) {
+    let waits = issuers
+        .iter()
+        .filter(|i| i.is_fetched())
+        .map(|issuer| async move { (issuer, issuer.first_fetch(FIRST_KEYS_WAIT).await) });
+    for (issuer, loaded) in futures_util::future::join_all(waits).await {
+        if !loaded {
+            tracing::warn!(issuer = %issuer.issuer, "starting without this issuer's keys: its tokens are refused until a fetch succeeds (see toolgate_jwks_refresh_total)");
+        }
+    }
+}
+
+/// The first JWT issuer may keep bare ids beside the token file or client certificates;
+/// say at start that a prefix would keep it apart from them.
+fn warn_bare_first_issuer(settings: &Settings) {
+    let other_sources = settings.identity.tokens.is_some()
+        || settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    if let Some(first) = settings
+        .identity
+        .jwt
+        .first()
+        .filter(|j| other_sources && j.agent_prefix.is_none())
+    {
+        tracing::warn!(issuer = %first.issuer, "identity.jwt[0] has no agentPrefix beside the token file or client certificates: it can't name a token-file agent, but could name a client certificate's id; set agentPrefix to keep the sources apart");
+    }
 }

@@ -979,6 +979,8 @@ fn the_notes_tell_how_to_annotate_and_write_a_policy() {
         "kubectl -n default get toolcontracts,agentpolicies",
         "ACCEPTED and REASON",
         "`kubectl apply` refuses",
+        "audience toolgate",
+        "agents: [\"serviceaccount:agents/ops-bot\"]",
     ] {
         assert!(
             notes.contains(needle),
@@ -1076,5 +1078,96 @@ fn the_charts_crds_are_the_generated_ones() {
             std::fs::read(ours.join(&name)).unwrap() == std::fs::read(theirs.join(&name)).unwrap(),
             "charts/toolgate/crds/{name} drifted from crds/{name}: run TOOLGATE_BLESS=1 cargo test --test chart"
         );
+    }
+}
+
+/// Workload identity is on for every injected sidecar by default: the chart's values reach
+/// the injector, its sidecar's variables load into `identity.kubernetes`, the sidecar gets
+/// its API token even with file policies, and the sidecars' ServiceAccounts may read the
+/// service-account issuer.
+#[test]
+fn workload_identity_reaches_every_sidecar() {
+    use toolgate::config::Settings;
+    use toolgate::inject::sidecar::{self, PodFacts};
+
+    let pod = PodFacts {
+        upstream_port: 8080,
+        service_name: None,
+    };
+    let sidecar_identity = |settings: &InjectSettings| {
+        let vars = sidecar::container(&settings.sidecar, &pod)
+            .env
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| Some((e.name, e.value?)));
+        Settings::parse("sidecar", "", vars)
+            .unwrap()
+            .identity
+            .kubernetes
+    };
+    let defaults = injector_settings("{}");
+    let identity = sidecar_identity(&defaults);
+    assert!(identity.enabled);
+    assert_eq!(identity.audiences, ["toolgate"]);
+    let custom = injector_settings(
+        "sidecar: {policiesConfigMap: agent-policies, workloadIdentity: {audiences: [toolgate, orders.toolgate]}}",
+    );
+    assert_eq!(
+        sidecar_identity(&custom).audiences,
+        ["toolgate", "orders.toolgate"]
+    );
+    let mounts = sidecar::container(&custom.sidecar, &pod)
+        .volume_mounts
+        .unwrap();
+    assert!(mounts.iter().any(|m| m.name == sidecar::TOKEN_VOLUME));
+    assert!(
+        !sidecar_identity(&injector_settings(
+            "sidecar: {workloadIdentity: {enabled: false}}"
+        ))
+        .enabled
+    );
+
+    // The issuer-discovery binding: every ServiceAccount of each namespace, or the named ones.
+    let objects = check_render(&template(None).unwrap(), "default values");
+    let binding = component(&objects, "ClusterRoleBinding", "sidecar");
+    assert_eq!(binding.len(), 1);
+    assert_eq!(
+        binding[0]["roleRef"],
+        json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:service-account-issuer-discovery"})
+    );
+    assert_eq!(
+        binding[0]["subjects"],
+        json!([{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:serviceaccounts:default"}])
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let values = values_file(dir.path(), "custom.yaml", CUSTOM);
+    let objects = check_render(&template(Some(&values)).unwrap(), "custom values");
+    let subjects = &component(&objects, "ClusterRoleBinding", "sidecar")[0]["subjects"];
+    assert_eq!(
+        subjects,
+        &json!([
+            {"kind": "ServiceAccount", "name": "orders", "namespace": "shop"},
+            {"kind": "ServiceAccount", "name": "payments", "namespace": "shop"},
+            {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:serviceaccounts:search"},
+            {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:serviceaccounts:ops-agents"},
+        ])
+    );
+    for off in [
+        "sidecar: {workloadIdentity: {enabled: false}}",
+        "sidecar: {workloadIdentity: {discoveryRbac: false}}",
+    ] {
+        let values = values_file(dir.path(), "off.yaml", off);
+        let objects = documents(&template(Some(&values)).unwrap());
+        assert!(
+            component(&objects, "ClusterRoleBinding", "sidecar").is_empty(),
+            "{off}"
+        );
+    }
+    for bad in [
+        "sidecar: {workloadIdentity: {audiences: []}}",
+        "sidecar: {workloadIdentity: {audiences: ['a,b']}}",
+    ] {
+        let values = values_file(dir.path(), "bad.yaml", bad);
+        assert!(template(Some(&values)).is_err(), "{bad}");
     }
 }

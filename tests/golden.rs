@@ -199,12 +199,16 @@ fn task_token(agent: &str, claims: &Value) -> String {
 }
 
 fn task_tokens() -> TaskTokens {
-    TaskTokens::load(&[toolgate::config::TaskIssuer {
-        issuer: ORCHESTRATOR.into(),
-        jwks: Path::new(ROOT).join("examples/keys/task-jwks.json"),
-        audience: None,
-        require_agent: true,
-    }])
+    TaskTokens::load(
+        &[toolgate::config::TaskIssuer {
+            issuer: ORCHESTRATOR.into(),
+            jwks: Some(Path::new(ROOT).join("examples/keys/task-jwks.json").into()),
+            discovery: false,
+            audience: None,
+            require_agent: true,
+        }],
+        &toolgate::identity::remote::Fetcher::new(Default::default()),
+    )
     .expect("the demo orchestrator's keys")
 }
 

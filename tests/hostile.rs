@@ -213,13 +213,15 @@ async fn hostile_inputs_are_refused_and_the_sidecar_keeps_serving() {
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: "https://idp.example".into(),
                     audience: "toolgate".into(),
-                    jwks: agent_jwks,
+                    jwks: Some(agent_jwks.into()),
+                    discovery: false,
                     agent_claim: "sub".into(),
                     agent_prefix: Some("idp:".into()),
                 }];
                 s.identity.task_issuers = vec![toolgate::config::TaskIssuer {
                     issuer: "orchestrator".into(),
-                    jwks: task_jwks,
+                    jwks: Some(task_jwks.into()),
+                    discovery: false,
                     audience: None,
                     require_agent: true,
                 }];

@@ -56,7 +56,8 @@ async fn task_token_binds_arguments_to_the_confirmed_task() {
             tweak: Box::new(move |s| {
                 s.identity.task_issuers = vec![toolgate::config::TaskIssuer {
                     issuer: "orchestrator".into(),
-                    jwks: jwks_path,
+                    jwks: Some(jwks_path.into()),
+                    discovery: false,
                     audience: None,
                     require_agent: true,
                 }];
@@ -176,7 +177,8 @@ async fn jwt_identity_binds_arguments_to_claims() {
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: "https://idp.example".into(),
                     audience: "toolgate".into(),
-                    jwks: jwks_path,
+                    jwks: Some(jwks_path.into()),
+                    discovery: false,
                     agent_claim: "sub".into(),
                     agent_prefix: None,
                 }];

@@ -120,7 +120,8 @@ async fn an_sdk_client_given_only_the_url_authorizes_and_calls_a_tool() {
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: issuer.clone(),
                     audience: res.clone(),
-                    jwks,
+                    jwks: Some(jwks.into()),
+                    discovery: false,
                     agent_claim: "sub".into(),
                     agent_prefix: None,
                 }];

@@ -1018,7 +1018,8 @@ async fn the_mcp_endpoint_is_an_oauth_resource_server() {
                 s.identity.jwt = vec![toolgate::config::JwtIssuer {
                     issuer: "https://auth.example.com".into(),
                     audience: RESOURCE.into(),
-                    jwks: jwks_path,
+                    jwks: Some(jwks_path.into()),
+                    discovery: false,
                     agent_claim: "sub".into(),
                     agent_prefix: None,
                 }];

@@ -52,7 +52,8 @@ pub async fn sidecar(upstream: SocketAddr, policies: &str, audit: &str) -> Sidec
     settings.identity.tokens = Some(format!("{ROOT}/bench/tokens.yaml").into());
     settings.identity.task_issuers = vec![TaskIssuer {
         issuer: "orchestrator".into(),
-        jwks: format!("{ROOT}/examples/keys/task-jwks.json").into(),
+        jwks: Some(std::path::PathBuf::from(format!("{ROOT}/examples/keys/task-jwks.json")).into()),
+        discovery: false,
         audience: None,
         require_agent: true,
     }];

@@ -53,12 +53,18 @@ pub fn args() -> Value {
 /// Static-token identity for [`AGENT`], plus the demo orchestrator as task issuer.
 pub fn identity() -> Identity {
     let table = TokenTable::parse(&format!("{AGENT}: {}", digest_hex(TOKEN))).expect("tokens");
-    let tasks = toolgate::identity::task::TaskTokens::load(&[toolgate::config::TaskIssuer {
-        issuer: "orchestrator".into(),
-        audience: None,
-        jwks: format!("{ROOT}/examples/keys/task-jwks.json").into(),
-        require_agent: true,
-    }])
+    let tasks = toolgate::identity::task::TaskTokens::load(
+        &[toolgate::config::TaskIssuer {
+            issuer: "orchestrator".into(),
+            audience: None,
+            jwks: Some(
+                std::path::PathBuf::from(format!("{ROOT}/examples/keys/task-jwks.json")).into(),
+            ),
+            discovery: false,
+            require_agent: true,
+        }],
+        &toolgate::identity::remote::Fetcher::new(Default::default()),
+    )
     .expect("task issuer");
     Identity {
         tokens: Some(Arc::new(Tokens::new(table))),

@@ -42,7 +42,7 @@ pub async fn serve(approvals: &Approvals, request: Request<Incoming>) -> (Status
 }
 
 async fn route(approvals: &Approvals, request: Request<Incoming>) -> Result<Value, Reject> {
-    let approver = authenticate(approvals, &request)?;
+    let approver = authenticate(approvals, &request).await?;
     let path = request.uri().path().trim_end_matches('/').to_string();
     let query = request.uri().query().unwrap_or("").to_string();
     let parts: Vec<&str> = path.split('/').skip(2).collect();
@@ -86,15 +86,16 @@ async fn route(approvals: &Approvals, request: Request<Incoming>) -> Result<Valu
     }
 }
 
-fn authenticate(approvals: &Approvals, request: &Request<Incoming>) -> Result<Approver, Reject> {
+async fn authenticate(
+    approvals: &Approvals,
+    request: &Request<Incoming>,
+) -> Result<Approver, Reject> {
     // One reading of the credential for every listener (a repeated header is none).
-    let token = match credential::presented(request.headers()) {
-        Presented::Bearer(token) => Some(token),
+    let approver = match credential::presented(request.headers()) {
+        Presented::Bearer(token) => approvals.approvers.verify(token).await,
         _ => None,
     };
-    token
-        .and_then(|t| approvals.approvers.verify(t))
-        .ok_or_else(|| {
+    approver.ok_or_else(|| {
             Reject::new(
                 Code::Unauthenticated,
                 "the approval API needs an approver's credential (approvals.approvers); an agent's is not one",

@@ -18,8 +18,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use subtle::ConstantTimeEq;
 
-use crate::config::{ApproverJwt, Approvers as Settings};
+use crate::config::{jwks::key_source, ApproverJwt, Approvers as Settings};
 use crate::identity::jwks::{peek_issuer, Issuer};
+use crate::identity::remote::Fetcher;
 
 /// An authenticated approver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +50,8 @@ pub struct ApproverIdentity {
 }
 
 impl ApproverIdentity {
-    pub fn load(settings: &Settings) -> Result<ApproverIdentity, String> {
+    /// The approvers of `settings`; fetched keys are fetched through `fetcher`.
+    pub fn load(settings: &Settings, fetcher: &Fetcher) -> Result<ApproverIdentity, String> {
         let mut identity = ApproverIdentity::default();
         if let Some(path) = &settings.tokens {
             identity.by_digest = parse_tokens(path)?;
@@ -58,12 +60,15 @@ impl ApproverIdentity {
             issuer,
             audience,
             jwks,
+            discovery,
             name_claim,
             groups_claim,
         } in &settings.jwt
         {
+            let keys = key_source(issuer, jwks.as_ref(), *discovery)
+                .map_err(|e| format!("{issuer}: {e}"))?;
             identity.jwt.push(JwtApprovers {
-                issuer: Issuer::load(issuer, Some(audience), jwks)?,
+                issuer: Issuer::load(issuer, Some(audience), &keys, fetcher)?,
                 name_claim: name_claim.clone(),
                 groups_claim: groups_claim.clone(),
             });
@@ -77,7 +82,8 @@ impl ApproverIdentity {
     }
 
     /// The approver a bearer token names; `None` for anything else (an agent's token).
-    pub fn verify(&self, token: &str) -> Option<Approver> {
+    /// A token naming a key its issuer's fetched keys lack waits (bounded) for a refresh.
+    pub async fn verify(&self, token: &str) -> Option<Approver> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some((stored, approver)) = self.by_digest.get_key_value(&digest) {
             if bool::from(stored.ct_eq(&digest)) {
@@ -86,7 +92,7 @@ impl ApproverIdentity {
         }
         let iss = peek_issuer(token)?;
         let jwt = self.jwt.iter().find(|j| j.issuer.issuer == iss)?;
-        let claims = jwt.issuer.verify(token).ok()?;
+        let claims = jwt.issuer.verify_fresh(token).await.ok()?;
         let name = claims
             .get(&jwt.name_claim)
             .and_then(Value::as_str)
@@ -148,8 +154,9 @@ mod tests {
     use super::*;
     use crate::identity::tokens::digest_hex;
 
-    #[test]
-    fn tokens_name_an_approver_and_their_groups() {
+    #[tokio::test]
+    async fn tokens_name_an_approver_and_their_groups() {
+        let fetcher = Fetcher::new(Default::default());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("approvers.yaml");
         std::fs::write(
@@ -161,24 +168,30 @@ mod tests {
             ),
         )
         .unwrap();
-        let identity = ApproverIdentity::load(&Settings {
-            tokens: Some(path.clone()),
-            jwt: Vec::new(),
-        })
+        let identity = ApproverIdentity::load(
+            &Settings {
+                tokens: Some(path.clone()),
+                jwt: Vec::new(),
+            },
+            &fetcher,
+        )
         .unwrap();
-        let alice = identity.verify("alice-token").unwrap();
+        let alice = identity.verify("alice-token").await.unwrap();
         assert_eq!(alice.name, "alice");
         assert_eq!(alice.groups, ["finance-leads"]);
         assert_eq!(
-            identity.verify("bob-token").unwrap().groups,
+            identity.verify("bob-token").await.unwrap().groups,
             Vec::<String>::new()
         );
-        assert!(identity.verify("ops-token").is_none());
+        assert!(identity.verify("ops-token").await.is_none());
         std::fs::write(&path, "alice: {sha256: nope}\n").unwrap();
-        assert!(ApproverIdentity::load(&Settings {
-            tokens: Some(path),
-            jwt: Vec::new(),
-        })
+        assert!(ApproverIdentity::load(
+            &Settings {
+                tokens: Some(path),
+                jwt: Vec::new(),
+            },
+            &fetcher
+        )
         .is_err());
     }
 }

@@ -61,7 +61,8 @@ impl Approvals {
             Some(shared) => Store::Shared(SharedApprovals::new(shared, bounds)),
             None => Store::Memory(MemoryStore::new(bounds)),
         };
-        let approvers = ApproverIdentity::load(&settings.approvers)
+        let fetcher = crate::identity::remote::Fetcher::new(metrics.jwks_refreshes.clone());
+        let approvers = ApproverIdentity::load(&settings.approvers, &fetcher)
             .map_err(|e| anyhow::anyhow!("approvals.approvers: {e}"))?;
         let notifier = match &settings.notify_url {
             Some(url) => Some(

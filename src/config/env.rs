@@ -37,6 +37,9 @@ const KEYS: &[(&str, Kind)] = &[
     ("identity.jwt", Kind::Yaml),
     ("identity.taskIssuers", Kind::Yaml),
     ("identity.oauth", Kind::Yaml),
+    ("identity.kubernetes.enabled", Kind::Bool),
+    ("identity.kubernetes.audiences", Kind::List),
+    ("identity.kubernetes.kubeconfig", Kind::Str),
     ("tls.cert", Kind::Str),
     ("tls.key", Kind::Str),
     ("tls.clientCa", Kind::Str),
@@ -313,6 +316,10 @@ mod tests {
             }),
             identity: super::super::Identity {
                 tokens: Some("t".into()),
+                kubernetes: super::super::KubernetesIdentity {
+                    kubeconfig: Some("k".into()),
+                    ..defaults.identity.kubernetes.clone()
+                },
                 ..defaults.identity.clone()
             },
             telemetry: super::super::Telemetry {

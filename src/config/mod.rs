@@ -6,7 +6,10 @@
 
 pub mod env;
 pub mod file;
+pub mod jwks;
 pub mod sources;
+
+pub use jwks::{Jwks, KeySource};
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -88,7 +91,12 @@ pub struct Approvers {
 pub struct ApproverJwt {
     pub issuer: String,
     pub audience: String,
-    pub jwks: PathBuf,
+    /// A JWKS file or URL (`config::jwks`); or `discovery: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<Jwks>,
+    /// Read `jwks_uri` from `<issuer>/.well-known/openid-configuration` instead.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub discovery: bool,
     /// The claim naming the approver.
     #[serde(default = "sub")]
     pub name_claim: String,
@@ -224,6 +232,34 @@ pub struct Identity {
     /// The MCP endpoint as an OAuth 2.1 resource server (RFC 9728 metadata, bearer
     /// challenges, scopes); its tokens come from the `jwt` issuers.
     pub oauth: Option<OAuth>,
+    /// Workload identity: projected ServiceAccount tokens, verified with the cluster's
+    /// service-account issuer keys.
+    pub kubernetes: KubernetesIdentity,
+}
+
+/// `identity.kubernetes` (DESIGN §15): an agent in the cluster sends a projected
+/// ServiceAccount token for one of `audiences`; its agent id is
+/// `system:serviceaccount:<namespace>:<name>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KubernetesIdentity {
+    pub enabled: bool,
+    /// A token is accepted only if its `aud` holds one of these: never the API server's
+    /// own audience, so the pod's API token is not an agent credential.
+    pub audiences: Vec<String>,
+    /// A kubeconfig to reach the API server with outside a cluster; unset: the pod's
+    /// service account (in a cluster) or the usual kubeconfig lookup.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl Default for KubernetesIdentity {
+    fn default() -> Self {
+        KubernetesIdentity {
+            enabled: false,
+            audiences: vec!["toolgate".into()],
+            kubeconfig: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -245,7 +281,12 @@ pub struct OAuth {
 pub struct JwtIssuer {
     pub issuer: String,
     pub audience: String,
-    pub jwks: PathBuf,
+    /// A JWKS file or URL (`config::jwks`); or `discovery: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<Jwks>,
+    /// Read `jwks_uri` from `<issuer>/.well-known/openid-configuration` instead.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub discovery: bool,
     /// The claim that names the agent.
     #[serde(default = "sub")]
     pub agent_claim: String,
@@ -260,11 +301,20 @@ fn sub() -> String {
     "sub".into()
 }
 
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TaskIssuer {
     pub issuer: String,
-    pub jwks: PathBuf,
+    /// A JWKS file or URL (`config::jwks`); or `discovery: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<Jwks>,
+    /// Read `jwks_uri` from `<issuer>/.well-known/openid-configuration` instead.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub discovery: bool,
     #[serde(default)]
     pub audience: Option<String>,
     /// A token without an `agent` claim is no task (`OUT_OF_TASK_SCOPE` for rules that
@@ -544,6 +594,8 @@ impl Settings {
         let settings: Settings = file::parse(origin, text, vars, env::apply)?;
         settings.limits.check(origin)?;
         settings.identity.check(origin)?;
+        jwks::check(&settings, origin)?;
+        settings.identity.kubernetes.check(origin)?;
         sources::check(&settings, origin)?;
         settings.state.redis.check(origin)?;
         settings.telemetry.check(origin)?;
@@ -588,6 +640,24 @@ impl Identity {
             )),
             None => Ok(()),
         }
+    }
+}
+
+impl KubernetesIdentity {
+    /// Workload identity with no audience would accept any token the cluster signs,
+    /// the pod's own API token included: refused.
+    fn check(&self, origin: &str) -> Result<(), SettingsError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.audiences.is_empty() || self.audiences.iter().any(|a| a.trim().is_empty()) {
+            return Err(file::invalid(
+                origin,
+                "identity.kubernetes.audiences".into(),
+                "must name at least one audience, none empty (e.g. [toolgate]): the audience agents request in their serviceAccountToken volume".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -812,5 +882,59 @@ limits: {maxBodyBytes: 1048576, headerReadTimeoutMs: 5000, maxHeaders: 100}
         assert_eq!(s.identity.jwt[0].agent_claim, "sub");
         assert_eq!(s.identity.jwt[0].agent_prefix.as_deref(), Some("a:"));
         assert!(s.identity.task_issuers[0].require_agent);
+    }
+
+    #[test]
+    fn workload_identity_needs_an_audience_and_has_variables() {
+        let text = refusal("identity: {kubernetes: {enabled: true, audiences: []}}");
+        assert!(text.contains("identity.kubernetes.audiences"), "{text}");
+        let text = refusal("identity: {kubernetes: {enabled: true, audiences: ['']}}");
+        assert!(text.contains("identity.kubernetes.audiences"), "{text}");
+        assert!(Settings::parse("t", "identity: {kubernetes: {audiences: []}}", none()).is_ok());
+        let vars = [
+            ("TOOLGATE_IDENTITY_KUBERNETES_ENABLED", "true"),
+            (
+                "TOOLGATE_IDENTITY_KUBERNETES_AUDIENCES",
+                "toolgate, orders.toolgate",
+            ),
+            ("TOOLGATE_IDENTITY_KUBERNETES_KUBECONFIG", "/k"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let s = Settings::parse("t", "", vars).unwrap();
+        assert!(s.identity.kubernetes.enabled);
+        assert_eq!(
+            s.identity.kubernetes.audiences,
+            ["toolgate", "orders.toolgate"]
+        );
+        assert_eq!(s.identity.kubernetes.kubeconfig, Some("/k".into()));
+        let default = Settings::parse("t", "", none()).unwrap();
+        assert!(!default.identity.kubernetes.enabled);
+        assert_eq!(default.identity.kubernetes.audiences, ["toolgate"]);
+    }
+
+    #[test]
+    fn every_issuer_kind_takes_a_url_or_discovery() {
+        let ok = "identity:\n  jwt: [{issuer: 'https://idp.example', audience: t, discovery: true}]\n  taskIssuers: [{issuer: o, jwks: 'https://o.example/jwks'}]\napprovals:\n  approvers:\n    jwt: [{issuer: a, audience: ops, jwks: 'http://127.0.0.1:9/jwks'}]\n";
+        let s = Settings::parse("t", ok, none()).unwrap();
+        assert!(s.identity.jwt[0].discovery);
+        assert_eq!(
+            s.identity.task_issuers[0].jwks,
+            Some(Jwks::Url("https://o.example/jwks".into()))
+        );
+        for (text, field) in [
+            ("identity: {jwt: [{issuer: a, audience: t, jwks: 'http://idp.example/jwks'}]}", "identity.jwt[0].jwks"),
+            ("identity: {taskIssuers: [{issuer: o, jwks: 'http://10.1.2.3/jwks'}]}", "identity.taskIssuers[0].jwks"),
+            ("approvals: {approvers: {jwt: [{issuer: a, audience: t, jwks: 'http://a.example/k'}]}}", "approvals.approvers.jwt[0].jwks"),
+            ("identity: {jwt: [{issuer: a, audience: t}]}", "identity.jwt[0].jwks"),
+            ("identity: {jwt: [{issuer: a, audience: t, discovery: true}]}", "identity.jwt[0].discovery"),
+            ("identity: {taskIssuers: [{issuer: 'http://o.example', discovery: true}]}", "identity.taskIssuers[0].discovery"),
+            ("identity: {jwt: [{issuer: 'https://a', audience: t, jwks: /j.json, discovery: true}]}", "identity.jwt[0].discovery"),
+        ] {
+            let err = refusal(text);
+            assert!(err.contains(field), "{text}: {err}");
+        }
+        let err =
+            refusal("identity: {jwt: [{issuer: a, audience: t, jwks: 'http://idp.example/jwks'}]}");
+        assert!(err.contains("loopback"), "{err}");
     }
 }

@@ -1,5 +1,6 @@
 //! Agent identity sources, checked together: the token file (`identity.tokens`), client
-//! certificates (`tls.clientCa`) and each JWT issuer (`identity.jwt[]`), in that order.
+//! certificates (`tls.clientCa`), workload identity (`identity.kubernetes`) and each JWT
+//! issuer (`identity.jwt[]`), in that order.
 //!
 //! With more than one source, each must speak only for its own agents (README, "Identity
 //! and tasks"; DESIGN §14): every JWT issuer after the first declares an `agentPrefix`,
@@ -7,11 +8,21 @@
 //! ids beside the token file or client certificates (the usual OAuth setup: one identity
 //! provider plus a few static tokens); it still can't assert an id the token file names
 //! (`proxy::stage::identify`), and the sidecar warns that a prefix would keep the two
-//! apart for good. Names `tokens` and `mtls` are what audit records call the first two
-//! sources, so no JWT issuer may be called that.
+//! apart for good.
+//!
+//! Workload identity is namespaced by its own form: its ids are
+//! `system:serviceaccount:<namespace>:<name>`, and with it enabled that prefix (and the
+//! short spelling `serviceaccount:`) is reserved ([`reserved_prefixes`]): no other source
+//! may assert an id under it, and no `agentPrefix` may overlap it. So the first JWT
+//! issuer may stay bare beside it. Names `tokens`, `mtls` and `kubernetes` are what
+//! audit records call the sources that are not JWT issuers, so no JWT issuer may be
+//! called that.
 
 use super::{file, Settings, SettingsError};
-use crate::vocab::agent::{unprintable, MTLS_ISSUER as MTLS, TOKENS_ISSUER as TOKENS};
+use crate::vocab::agent::{
+    unprintable, KUBERNETES_ISSUER as KUBERNETES, MTLS_ISSUER as MTLS, SERVICE_ACCOUNT_PREFIX,
+    SERVICE_ACCOUNT_SHORT, TOKENS_ISSUER as TOKENS,
+};
 
 /// Longest accepted `agentPrefix`.
 const MAX_PREFIX: usize = 64;
@@ -20,18 +31,14 @@ const MAX_PREFIX: usize = 64;
 /// start, so settings built in code can't skip it either.
 pub fn check(settings: &Settings, origin: &str) -> Result<(), SettingsError> {
     let identity = &settings.identity;
-    let tokens = identity.tokens.is_some();
-    let mtls = settings
-        .tls
-        .as_ref()
-        .is_some_and(|tls| tls.client_ca.is_some());
+    let present = Present::of(settings);
     let field = |i: usize, key: &str| format!("identity.jwt[{i}].{key}");
     let invalid = |field: String, message: String| Err(file::invalid(origin, field, message));
     for (i, jwt) in identity.jwt.iter().enumerate() {
-        if jwt.issuer == TOKENS || jwt.issuer == MTLS {
+        if [TOKENS, MTLS, KUBERNETES].contains(&jwt.issuer.as_str()) {
             return invalid(
                 field(i, "issuer"),
-                format!("{:?} names the token file or client certificates in audit records; a JWT issuer can't be called so", jwt.issuer),
+                format!("{:?} names the token file, client certificates or workload identity in audit records; a JWT issuer can't be called so", jwt.issuer),
             );
         }
         if identity.jwt[..i].iter().any(|j| j.issuer == jwt.issuer) {
@@ -44,12 +51,8 @@ pub fn check(settings: &Settings, origin: &str) -> Result<(), SettingsError> {
             Some(prefix) => check_prefix(prefix, i, identity)
                 .or_else(|message| invalid(field(i, "agentPrefix"), message))?,
             None => {
-                let sources = usize::from(tokens) + usize::from(mtls) + identity.jwt.len();
-                if sources > 1 && i > 0 {
-                    return invalid(
-                        field(i, "agentPrefix"),
-                        required(tokens, mtls, identity.jwt.len()),
-                    );
+                if present.count() > 1 && i > 0 {
+                    return invalid(field(i, "agentPrefix"), required(&present));
                 }
             }
         }
@@ -57,8 +60,62 @@ pub fn check(settings: &Settings, origin: &str) -> Result<(), SettingsError> {
     Ok(())
 }
 
+/// The sources of agent ids that are not JWT issuers, and how many issuers there are.
+struct Present {
+    tokens: bool,
+    mtls: bool,
+    kubernetes: bool,
+    issuers: usize,
+}
+
+impl Present {
+    fn of(settings: &Settings) -> Present {
+        Present {
+            tokens: settings.identity.tokens.is_some(),
+            mtls: settings
+                .tls
+                .as_ref()
+                .is_some_and(|tls| tls.client_ca.is_some()),
+            kubernetes: settings.identity.kubernetes.enabled,
+            issuers: settings.identity.jwt.len(),
+        }
+    }
+
+    fn count(&self) -> usize {
+        usize::from(self.tokens)
+            + usize::from(self.mtls)
+            + usize::from(self.kubernetes)
+            + self.issuers
+    }
+}
+
+/// The prefixes no source may assert unless it owns them: every `agentPrefix`, and with
+/// workload identity both spellings of a ServiceAccount id.
+pub fn reserved_prefixes(settings: &Settings) -> Vec<String> {
+    let identity = &settings.identity;
+    let mut prefixes: Vec<String> = identity
+        .jwt
+        .iter()
+        .filter_map(|j| j.agent_prefix.clone())
+        .collect();
+    if identity.kubernetes.enabled {
+        prefixes.extend(service_account_prefixes().map(String::from));
+    }
+    prefixes
+}
+
+fn service_account_prefixes() -> [&'static str; 2] {
+    [SERVICE_ACCOUNT_PREFIX, SERVICE_ACCOUNT_SHORT]
+}
+
+/// Whether one of two prefixes starts the other: ids under one could be under both.
+fn overlap(a: &str, b: &str) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
 /// What a prefix must be: short, printable, and neither the start of an earlier issuer's
-/// prefix nor started by one (the later of two overlapping issuers is the one blamed).
+/// prefix nor started by one (the later of two overlapping issuers is the one blamed),
+/// nor overlapping a ServiceAccount's id with workload identity on.
 fn check_prefix(prefix: &str, i: usize, identity: &super::Identity) -> Result<(), String> {
     if prefix.is_empty() || prefix.len() > MAX_PREFIX {
         return Err(format!(
@@ -68,11 +125,21 @@ fn check_prefix(prefix: &str, i: usize, identity: &super::Identity) -> Result<()
     if prefix.chars().any(|c| unprintable(c) || c.is_whitespace()) {
         return Err("must hold no whitespace or control characters".into());
     }
+    if identity.kubernetes.enabled {
+        if let Some(reserved) = service_account_prefixes()
+            .into_iter()
+            .find(|p| overlap(p, prefix))
+        {
+            return Err(format!(
+                "overlaps {reserved:?}, the agent ids of workload identity (identity.kubernetes): choose a prefix that neither starts nor is started by it"
+            ));
+        }
+    }
     let overlapping = identity.jwt[..i].iter().enumerate().find(|(_, other)| {
         other
             .agent_prefix
             .as_deref()
-            .is_some_and(|p| p.starts_with(prefix) || prefix.starts_with(p))
+            .is_some_and(|p| overlap(p, prefix))
     });
     match overlapping {
         Some((j, _)) => Err(format!(
@@ -83,14 +150,18 @@ fn check_prefix(prefix: &str, i: usize, identity: &super::Identity) -> Result<()
 }
 
 /// The refusal of an issuer without a prefix, saying what to do.
-fn required(tokens: bool, mtls: bool, issuers: usize) -> String {
+fn required(present: &Present) -> String {
     let mut sources = Vec::new();
-    if tokens {
+    if present.tokens {
         sources.push("the token file".to_string());
     }
-    if mtls {
+    if present.mtls {
         sources.push("client certificates".to_string());
     }
+    if present.kubernetes {
+        sources.push("workload identity".to_string());
+    }
+    let issuers = present.issuers;
     sources.push(format!(
         "{issuers} JWT issuer{}",
         if issuers == 1 { "" } else { "s" }
@@ -228,5 +299,59 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("identity.jwt[1].agentPrefix"), "{err}");
+    }
+
+    const KUBE: &str = "kubernetes: {enabled: true}";
+
+    #[test]
+    fn workload_identity_is_a_source_with_its_own_namespace() {
+        // The first issuer may stay bare beside it: ServiceAccount ids are reserved.
+        assert!(parse(&format!("identity: {{{KUBE}, jwt: [{A}}}]}}")).is_ok());
+        let err = parse(&format!("identity: {{{KUBE}, jwt: [{A}}}, {B}}}]}}")).unwrap_err();
+        assert!(err.contains("identity.jwt[1].agentPrefix"), "{err}");
+        assert!(err.contains("(workload identity, 2 JWT issuers)"), "{err}");
+        let settings = parse(&format!(
+            "identity: {{{KUBE}, jwt: [{A}}}, {B}, agentPrefix: 'b:'}}]}}"
+        ))
+        .unwrap();
+        assert_eq!(
+            super::reserved_prefixes(&settings),
+            ["b:", "system:serviceaccount:", "serviceaccount:"]
+        );
+        let off = parse(&format!("identity: {{jwt: [{A}, agentPrefix: 'a:'}}]}}")).unwrap();
+        assert_eq!(super::reserved_prefixes(&off), ["a:"]);
+    }
+
+    #[test]
+    fn no_prefix_may_reach_into_service_account_ids() {
+        for prefix in [
+            "system:",
+            "s",
+            "serviceaccount:",
+            "system:serviceaccount:ops:",
+            "serviceaccount:ops/",
+        ] {
+            let err = parse(&format!(
+                "identity: {{{KUBE}, jwt: [{A}, agentPrefix: '{prefix}'}}]}}"
+            ))
+            .unwrap_err();
+            assert!(
+                err.contains("identity.jwt[0].agentPrefix"),
+                "{prefix}: {err}"
+            );
+            assert!(err.contains("workload identity"), "{prefix}: {err}");
+            // Without workload identity those ids belong to no one in particular.
+            assert!(parse(&format!(
+                "identity: {{jwt: [{A}, agentPrefix: '{prefix}'}}]}}"
+            ))
+            .is_ok());
+        }
+        assert!(parse(&format!(
+            "identity: {{{KUBE}, jwt: [{A}, agentPrefix: 'sys/'}}]}}"
+        ))
+        .is_ok());
+        let err = parse("identity: {jwt: [{issuer: kubernetes, audience: t, jwks: /j.json}]}")
+            .unwrap_err();
+        assert!(err.contains("identity.jwt[0].issuer"), "{err}");
     }
 }

@@ -264,7 +264,8 @@ pub async fn run(out: &mut impl Write, otlp_endpoint: Option<String>) -> anyhow:
             tokens: Some(tokens),
             task_issuers: vec![TaskIssuer {
                 issuer: "orchestrator".into(),
-                jwks: task_jwks,
+                jwks: Some(task_jwks.into()),
+                discovery: false,
                 audience: None,
                 require_agent: true,
             }],

@@ -11,8 +11,9 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 use super::jwks::{peek_issuer, Issuer, JwtError};
+use super::remote::Fetcher;
 use super::verified::Verified;
-use crate::config::JwtIssuer;
+use crate::config::{jwks::key_source, JwtIssuer};
 
 /// One trusted issuer of agent tokens.
 struct Source {
@@ -43,12 +44,15 @@ pub struct AgentJwt {
 }
 
 impl AgentJwt {
-    pub fn load(config: &[JwtIssuer]) -> Result<AgentJwt, String> {
+    /// The issuers of `config`; fetched keys are fetched through `fetcher`.
+    pub fn load(config: &[JwtIssuer], fetcher: &Fetcher) -> Result<AgentJwt, String> {
         let sources = config
             .iter()
             .map(|c| {
+                let keys = key_source(&c.issuer, c.jwks.as_ref(), c.discovery)
+                    .map_err(|e| format!("{}: {e}", c.issuer))?;
                 Ok(Source {
-                    issuer: Arc::new(Issuer::load(&c.issuer, Some(&c.audience), &c.jwks)?),
+                    issuer: Arc::new(Issuer::load(&c.issuer, Some(&c.audience), &keys, fetcher)?),
                     claim: c.agent_claim.clone(),
                     prefix: c.agent_prefix.clone(),
                     name: Arc::from(c.issuer.as_str()),
@@ -69,17 +73,33 @@ impl AgentJwt {
         self.sources.is_empty()
     }
 
-    /// The agent a valid token names, and who vouched for it.
-    pub fn verify(&self, token: &str) -> Result<Asserted, JwtError> {
-        let iss = peek_issuer(token).ok_or_else(|| JwtError::Malformed("no iss claim".into()))?;
-        let source = self
-            .sources
-            .iter()
-            .find(|s| s.issuer.issuer == iss)
-            .ok_or(JwtError::NoKey)?;
-        let claims = self
-            .verified
-            .get_or_verify(token, || source.issuer.verify(token))?;
+    /// Whether one of these issuers is the token's (`iss`, read unverified): if none
+    /// is, another source may be asked.
+    pub fn issues(&self, token: &str) -> bool {
+        self.verified.get(token).is_some()
+            || peek_issuer(token).is_some_and(|iss| self.source(&iss).is_some())
+    }
+
+    fn source(&self, iss: &str) -> Option<&Source> {
+        self.sources.iter().find(|s| s.issuer.issuer == iss)
+    }
+
+    /// The agent a valid token names, and who vouched for it. A token naming a key its
+    /// issuer's fetched keys lack waits (bounded) for a refresh.
+    pub async fn verify(&self, token: &str) -> Result<Asserted, JwtError> {
+        let claims = match self.verified.get(token) {
+            Some(claims) => claims,
+            None => {
+                let iss =
+                    peek_issuer(token).ok_or_else(|| JwtError::Malformed("no iss claim".into()))?;
+                let source = self.source(&iss).ok_or(JwtError::NoKey)?;
+                self.verified
+                    .insert(token, source.issuer.verify_fresh(token).await?)
+            }
+        };
+        // Verified claims always carry the `iss` they were verified for.
+        let iss = claims.get("iss").and_then(Value::as_str).unwrap_or("");
+        let source = self.source(iss).ok_or(JwtError::NoKey)?;
         let claim = &source.claim;
         let named = claims
             .get(claim)

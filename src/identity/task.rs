@@ -13,8 +13,10 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 use super::jwks::{peek_issuer, Issuer};
+use super::remote::Fetcher;
 use super::verified::Verified;
-use crate::config::TaskIssuer;
+use crate::config::{jwks::key_source, TaskIssuer};
+use crate::vocab::agent::canonical;
 
 /// One orchestrator trusted to sign task tokens.
 struct Orchestrator {
@@ -42,12 +44,20 @@ enum Binding {
 }
 
 impl TaskTokens {
-    pub fn load(config: &[TaskIssuer]) -> Result<TaskTokens, String> {
+    /// The orchestrators of `config`; fetched keys are fetched through `fetcher`.
+    pub fn load(config: &[TaskIssuer], fetcher: &Fetcher) -> Result<TaskTokens, String> {
         let orchestrators = config
             .iter()
             .map(|c| {
+                let keys = key_source(&c.issuer, c.jwks.as_ref(), c.discovery)
+                    .map_err(|e| format!("{}: {e}", c.issuer))?;
                 Ok(Orchestrator {
-                    issuer: Arc::new(Issuer::load(&c.issuer, c.audience.as_deref(), &c.jwks)?),
+                    issuer: Arc::new(Issuer::load(
+                        &c.issuer,
+                        c.audience.as_deref(),
+                        &keys,
+                        fetcher,
+                    )?),
                     require_agent: c.require_agent,
                 })
             })
@@ -60,6 +70,26 @@ impl TaskTokens {
 
     pub fn issuers(&self) -> impl Iterator<Item = &Arc<Issuer>> {
         self.orchestrators.iter().map(|o| &o.issuer)
+    }
+
+    /// Before a call is decided (which may read `task` and can't wait): when `token`
+    /// names a key its orchestrator's fetched keys lack, waits (bounded, rate-limited)
+    /// for them to refresh. Costs nothing when no orchestrator's keys are fetched or the
+    /// token was verified before.
+    pub async fn prepare(&self, token: &str) {
+        if !self.orchestrators.iter().any(|o| o.issuer.is_fetched())
+            || self.verified.get(token).is_some()
+        {
+            return;
+        }
+        let Some(iss) = peek_issuer(token) else {
+            return;
+        };
+        if let Some(o) = self.orchestrators.iter().find(|o| o.issuer.issuer == iss) {
+            if o.issuer.lacks_key_of(token) {
+                o.issuer.refresh_for_unknown_key().await;
+            }
+        }
     }
 
     /// The task's claims, if `token` is a valid task token for `agent`.
@@ -106,7 +136,7 @@ impl TaskTokens {
 fn binding(claims: &Map<String, Value>, agent: &str) -> Binding {
     match claims.get("agent") {
         None => Binding::Unbound,
-        Some(Value::String(named)) if named == agent => Binding::Caller,
+        Some(Value::String(named)) if same_agent(named, agent) => Binding::Caller,
         Some(Value::String(_)) => Binding::Others,
         Some(Value::Array(named)) => {
             // All strings, or the claim is not one this rule can read: a list with junk
@@ -118,7 +148,7 @@ fn binding(claims: &Map<String, Value>, agent: &str) -> Binding {
                     None => return Binding::Malformed,
                 }
             }
-            if names.contains(&agent) {
+            if names.iter().any(|named| same_agent(named, agent)) {
                 Binding::Caller
             } else {
                 Binding::Others
@@ -126,6 +156,11 @@ fn binding(claims: &Map<String, Value>, agent: &str) -> Binding {
         }
         Some(_) => Binding::Malformed,
     }
+}
+
+/// Whether `named` (from a token) is `agent`, in either spelling of a ServiceAccount.
+fn same_agent(named: &str, agent: &str) -> bool {
+    named == agent || canonical(named).is_ok_and(|c| c == agent)
 }
 
 #[cfg(test)]
@@ -153,6 +188,7 @@ mod tests {
             (json!(null), Binding::Unbound),
             (json!(["ops-bot", 7]), Binding::Malformed),
             (json!(["ops-bot", ["ops-bot"]]), Binding::Malformed),
+            (json!("serviceaccount:agents/ops-bot"), Binding::Others),
             (json!({"id": "ops-bot"}), Binding::Malformed),
             (json!(true), Binding::Malformed),
         ];
@@ -166,5 +202,23 @@ mod tests {
         let mut explicit_null = mk_claims(json!(null));
         explicit_null.insert("agent".into(), Value::Null);
         assert_eq!(binding(&explicit_null, "ops-bot"), Binding::Malformed);
+    }
+
+    #[test]
+    fn a_service_account_may_be_named_in_either_spelling() {
+        let agent = "system:serviceaccount:agents:ops-bot";
+        for named in [
+            json!("serviceaccount:agents/ops-bot"),
+            json!(agent),
+            json!(["other", "serviceaccount:agents/ops-bot"]),
+        ] {
+            assert_eq!(
+                binding(&mk_claims(named.clone()), agent),
+                Binding::Caller,
+                "{named}"
+            );
+        }
+        let other = json!("serviceaccount:agents/other-bot");
+        assert_eq!(binding(&mk_claims(other), agent), Binding::Others);
     }
 }

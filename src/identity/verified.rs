@@ -54,6 +54,15 @@ impl Verified {
         Ok(claims)
     }
 
+    /// Keeps the claims of a token just verified; returns them, shared.
+    pub fn insert(&self, token: &str, claims: Map<String, Value>) -> Claims {
+        let claims = Arc::new(claims);
+        let now = self.clock.now();
+        self.cache
+            .insert(key(token), now, claims.clone(), 1, now + TTL);
+        claims
+    }
+
     fn lookup(&self, key: &Key) -> Option<Claims> {
         self.cache
             .compute(*key, self.clock.now(), |current| match current {

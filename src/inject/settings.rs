@@ -53,7 +53,34 @@ pub struct SidecarSettings {
     /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
     /// top of what the injector sets per pod.
     pub env: BTreeMap<String, String>,
+    /// Workload identity for every sidecar (its `identity.kubernetes`): agents in the
+    /// cluster call with a projected ServiceAccount token for one of `audiences`. On by
+    /// default, so an injected sidecar has an identity source with nothing to mount.
+    pub workload_identity: WorkloadIdentity,
 }
+
+/// `sidecar.workloadIdentity`: the sidecar's `identity.kubernetes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct WorkloadIdentity {
+    pub enabled: bool,
+    pub audiences: Vec<String>,
+}
+
+impl Default for WorkloadIdentity {
+    fn default() -> Self {
+        WorkloadIdentity {
+            enabled: true,
+            audiences: vec!["toolgate".into()],
+        }
+    }
+}
+
+/// The variables that carry [`WorkloadIdentity`] to the sidecar.
+pub const WORKLOAD_IDENTITY_ENV: [&str; 2] = [
+    "TOOLGATE_IDENTITY_KUBERNETES_ENABLED",
+    "TOOLGATE_IDENTITY_KUBERNETES_AUDIENCES",
+];
 
 /// Resource requests and limits: resource name → Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -102,6 +129,7 @@ impl Default for SidecarSettings {
             audit_key_secret: None,
             redis_password_secret: None,
             env: BTreeMap::new(),
+            workload_identity: WorkloadIdentity::default(),
         }
     }
 }
@@ -140,6 +168,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.auditKeySecret", Kind::Str),
     ("sidecar.redisPasswordSecret", Kind::Str),
     ("sidecar.env", Kind::Yaml),
+    ("sidecar.workloadIdentity.enabled", Kind::Bool),
+    ("sidecar.workloadIdentity.audiences", Kind::List),
 ];
 
 pub const ENV_PREFIX: &str = "TOOLGATE_INJECT";
@@ -210,6 +240,7 @@ impl SidecarSettings {
                 ));
             }
         }
+        self.workload_identity.check()?;
         for name in self.env.keys() {
             let valid = !name.is_empty()
                 && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -225,6 +256,28 @@ impl SidecarSettings {
                     "the injector sets this variable per pod; remove it here".into(),
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl WorkloadIdentity {
+    /// The audiences travel as one comma-separated variable: each must be non-empty and
+    /// hold no comma or whitespace.
+    fn check(&self) -> Result<(), (String, String)> {
+        if !self.enabled {
+            return Ok(());
+        }
+        let bad = self.audiences.is_empty()
+            || self
+                .audiences
+                .iter()
+                .any(|a| a.is_empty() || a.contains(|c: char| c == ',' || c.is_whitespace()));
+        if bad {
+            return Err((
+                "sidecar.workloadIdentity.audiences".into(),
+                "must name at least one audience, each without commas or spaces (e.g. [toolgate]): the audience agents request in their serviceAccountToken volume".into(),
+            ));
         }
         Ok(())
     }
@@ -290,6 +343,7 @@ impl SidecarSettings {
     /// can still come from elsewhere.
     pub fn reserves(&self, name: &str) -> bool {
         RESERVED_ENV.contains(&name)
+            || (WORKLOAD_IDENTITY_ENV.contains(&name) && self.workload_identity.enabled)
             || (name == AUDIT_KEY_ENV && self.audit_key_secret.is_some())
             || (name == REDIS_PASSWORD_ENV && self.redis_password_secret.is_some())
     }

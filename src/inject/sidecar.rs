@@ -8,7 +8,10 @@
 //! from the downward API, never from the review, so the spec stays correct if the pod
 //! template is reused elsewhere; the audit key (`sidecar.auditKeySecret`) and the Redis
 //! password (`sidecar.redisPasswordSecret`) are mounted into the sidecar alone, never into
-//! the app's containers.
+//! the app's containers. With workload identity (`sidecar.workloadIdentity`, on by
+//! default) the sidecar verifies agents' projected ServiceAccount tokens with keys it
+//! reads from the API server, so it gets its own API token even when its policies come
+//! from a ConfigMap.
 
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort,
@@ -21,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 
-use super::settings::{SidecarSettings, AUDIT_KEY_ENV, REDIS_PASSWORD_ENV};
+use super::settings::{SidecarSettings, AUDIT_KEY_ENV, REDIS_PASSWORD_ENV, WORKLOAD_IDENTITY_ENV};
 use super::{ADMIN_PORT, AGENT_PORT, CONTAINER_NAME, UID};
 
 pub const PODINFO_VOLUME: &str = "toolgate-podinfo";
@@ -68,9 +71,11 @@ pub fn container(settings: &SidecarSettings, pod: &PodFacts) -> Container {
     let mut mounts = vec![];
     if cluster_source(settings) {
         mounts.push(mount(PODINFO_VOLUME, PODINFO_DIR));
-        mounts.push(mount(TOKEN_VOLUME, TOKEN_DIR));
     } else {
         mounts.push(mount(POLICIES_VOLUME, POLICIES_DIR));
+    }
+    if api_access(settings) {
+        mounts.push(mount(TOKEN_VOLUME, TOKEN_DIR));
     }
     if settings.audit_key_secret.is_some() {
         mounts.push(mount(AUDIT_KEY_VOLUME, AUDIT_KEY_DIR));
@@ -115,7 +120,7 @@ pub fn container(settings: &SidecarSettings, pod: &PodFacts) -> Container {
 /// The volumes the container mounts.
 pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
     let mut volumes = match &settings.policies_config_map {
-        None => vec![podinfo_volume(), token_volume()],
+        None => vec![podinfo_volume()],
         Some(name) => vec![Volume {
             name: POLICIES_VOLUME.into(),
             config_map: Some(ConfigMapVolumeSource {
@@ -125,6 +130,9 @@ pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
             ..Default::default()
         }],
     };
+    if api_access(settings) {
+        volumes.push(token_volume());
+    }
     if let Some(secret) = &settings.audit_key_secret {
         volumes.push(secret_volume(AUDIT_KEY_VOLUME, secret, AUDIT_KEY_ITEM));
     }
@@ -142,6 +150,12 @@ pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
 /// access (token) and its labels (for `workloadSelector`) only then.
 fn cluster_source(settings: &SidecarSettings) -> bool {
     settings.policies_config_map.is_none()
+}
+
+/// The sidecar reads the API server (its own token) for cluster policies or for
+/// workload identity's issuer keys.
+fn api_access(settings: &SidecarSettings) -> bool {
+    cluster_source(settings) || settings.workload_identity.enabled
 }
 
 fn env(settings: &SidecarSettings, pod: &PodFacts) -> Vec<EnvVar> {
@@ -181,6 +195,14 @@ fn env(settings: &SidecarSettings, pod: &PodFacts) -> Vec<EnvVar> {
             value("TOOLGATE_POLICIES_FILES", POLICIES_DIR.into()),
             value("TOOLGATE_POLICIES_KUBERNETES_ENABLED", "false".into()),
         ]);
+    }
+    if settings.workload_identity.enabled {
+        let [enabled, audiences] = WORKLOAD_IDENTITY_ENV;
+        env.push(value(enabled, "true".into()));
+        env.push(value(
+            audiences,
+            settings.workload_identity.audiences.join(","),
+        ));
     }
     if settings.audit_key_secret.is_some() {
         env.push(value(AUDIT_KEY_ENV, AUDIT_KEY_FILE.into()));
@@ -336,5 +358,88 @@ fn token_volume() -> Volume {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inject::settings::WorkloadIdentity;
+
+    fn mk_facts() -> PodFacts {
+        PodFacts {
+            upstream_port: 8080,
+            service_name: None,
+        }
+    }
+
+    fn env_of(container: &Container) -> BTreeMap<String, String> {
+        container
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect()
+    }
+
+    fn mounted(container: &Container, volume: &str) -> bool {
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == volume)
+    }
+
+    #[test]
+    fn workload_identity_is_on_by_default_with_the_api_token() {
+        for policies_config_map in [None, Some("agent-policies".to_string())] {
+            let settings = SidecarSettings {
+                policies_config_map: policies_config_map.clone(),
+                ..SidecarSettings::default()
+            };
+            let sidecar = container(&settings, &mk_facts());
+            let env = env_of(&sidecar);
+            assert_eq!(env["TOOLGATE_IDENTITY_KUBERNETES_ENABLED"], "true");
+            assert_eq!(env["TOOLGATE_IDENTITY_KUBERNETES_AUDIENCES"], "toolgate");
+            // Its token reads the issuer's keys even when policies come from files.
+            assert!(mounted(&sidecar, TOKEN_VOLUME), "{policies_config_map:?}");
+            let volumes = volumes(&settings);
+            let tokens = volumes.iter().filter(|v| v.name == TOKEN_VOLUME).count();
+            assert_eq!(tokens, 1, "{policies_config_map:?}");
+            assert_eq!(
+                mounted(&sidecar, PODINFO_VOLUME),
+                policies_config_map.is_none()
+            );
+        }
+    }
+
+    #[test]
+    fn audiences_travel_in_one_variable_and_off_means_absent() {
+        let settings = SidecarSettings {
+            workload_identity: WorkloadIdentity {
+                enabled: true,
+                audiences: vec!["toolgate".into(), "orders.toolgate".into()],
+            },
+            ..SidecarSettings::default()
+        };
+        let env = env_of(&container(&settings, &mk_facts()));
+        assert_eq!(
+            env["TOOLGATE_IDENTITY_KUBERNETES_AUDIENCES"],
+            "toolgate,orders.toolgate"
+        );
+        let off = SidecarSettings {
+            policies_config_map: Some("agent-policies".into()),
+            workload_identity: WorkloadIdentity {
+                enabled: false,
+                ..WorkloadIdentity::default()
+            },
+            ..SidecarSettings::default()
+        };
+        let sidecar = container(&off, &mk_facts());
+        assert!(env_of(&sidecar)
+            .keys()
+            .all(|k| !k.starts_with("TOOLGATE_IDENTITY_KUBERNETES")));
+        assert!(!mounted(&sidecar, TOKEN_VOLUME));
+        assert!(volumes(&off).iter().all(|v| v.name != TOKEN_VOLUME));
     }
 }

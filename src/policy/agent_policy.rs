@@ -8,10 +8,14 @@ use super::contract::FieldError;
 use super::quota::Quota;
 use super::rule::{CompiledRule, HeaderReads, Reads};
 use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
+use crate::vocab::agent::canonical;
 
 #[derive(Debug)]
 pub struct Policy {
     pub object: String,
+    /// The agents governed, each in its one spelling (a ServiceAccount named
+    /// `serviceaccount:<ns>/<name>` is `system:serviceaccount:<ns>:<name>`), as sources
+    /// assert them.
     pub agents: Vec<String>,
     pub enabled: bool,
     /// `mode: shadow` and the sidecar allows it.
@@ -65,6 +69,16 @@ impl Policy {
                 "must name at least one agent",
             ));
         }
+        let agents = spec
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, agent)| {
+                canonical(agent)
+                    .map(|c| c.into_owned())
+                    .map_err(|e| FieldError::spec(format!("spec.agents[{i}]"), e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let rate_limit = compile_rate("spec.rateLimit", spec.rate_limit.as_ref())?;
         check_session(spec.session.as_ref())?;
         let mut grants = HashMap::new();
@@ -115,7 +129,7 @@ impl Policy {
         }
         Ok(Policy {
             object,
-            agents: spec.agents.clone(),
+            agents,
             enabled: spec.enabled,
             shadow: spec.mode == Mode::Shadow && allow_shadow,
             rate_limit,

@@ -150,7 +150,9 @@ impl Snapshot {
                     unserved.push(fail(o, FieldError::spec(field, message)).error);
                 }
             }
-            if let Some((i, agent)) = spec
+            // The compiled agents are in their one spelling, so a ServiceAccount named
+            // both ways by two policies is one agent governed twice.
+            if let Some((i, agent)) = policy
                 .agents
                 .iter()
                 .enumerate()

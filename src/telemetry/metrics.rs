@@ -118,6 +118,8 @@ pub struct Metrics {
     pub approvals: Family<ApprovalLabels, Counter>,
     /// Connections the server closed, by reason (write timeout, header timeout, …).
     pub connections_closed: Family<CloseLabels, Counter>,
+    /// Fetches of issuers' keys by issuer and result (`identity::remote`).
+    pub jwks_refreshes: crate::identity::remote::Refreshes,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
     /// The semantic conventions' duration histograms.
@@ -221,8 +223,15 @@ impl Metrics {
             "Connections the server closed, by reason: write_timeout (the client did not read its answers), header_timeout, idle_timeout, ambiguous_framing, malformed_request, unread_body",
             connections_closed.clone(),
         );
+        let jwks_refreshes = crate::identity::remote::Refreshes::default();
+        registry.register(
+            "toolgate_jwks_refresh",
+            "Fetches of an issuer's keys (JWKS URL, discovery, Kubernetes API server), by issuer and result: ok or error",
+            jwks_refreshes.clone(),
+        );
         let conventions = ConventionMetrics::register(&mut registry);
         Metrics {
+            jwks_refreshes,
             registry,
             conventions,
             tools: RwLock::default(),

@@ -14,6 +14,11 @@
 //!   `metadata`; `metadata.generation` moves with the spec alone.
 //! - `coordination.k8s.io/v1` Leases: `GET`, `POST` (`409 AlreadyExists`) and `PUT` with
 //!   the `resourceVersion` read (`409 Conflict` when another writer came first).
+//! - the service-account issuer (ServiceAccountIssuerDiscovery), once
+//!   [`FakeApiServer::serve_issuer`] is called: `GET /.well-known/openid-configuration`
+//!   (`issuer`, `jwks_uri`) and `GET /openid/v1/jwks`, each `401` without the bearer token
+//!   given there (what the API server answers a client with no credentials, since the
+//!   endpoints need `system:service-account-issuer-discovery`); the keys can be rotated.
 //! - faults: hold lists or watches (the request waits), end open watches cleanly, cut every
 //!   connection, go down (every connection is reset on accept), compact the history.
 //! - every request is recorded with the bearer token it carried, to check a client needs
@@ -37,6 +42,8 @@ use tokio::task::AbortHandle;
 
 const GROUP_PREFIX: &str = "/apis/toolgate.dev/v1alpha1/";
 const LEASES_PREFIX: &str = "/apis/coordination.k8s.io/v1/namespaces/";
+pub const ISSUER_CONFIGURATION: &str = "/.well-known/openid-configuration";
+pub const ISSUER_KEYS: &str = "/openid/v1/jwks";
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -75,6 +82,16 @@ struct State {
     seen: Vec<Seen>,
     /// (namespace, name) → Lease.
     leases: BTreeMap<(String, String), Value>,
+    /// What the issuer discovery endpoints serve, once set.
+    issuer: Option<Issuer>,
+}
+
+/// The service-account issuer: its `iss`, its JWKS, and the token a reader must send.
+#[derive(Clone)]
+struct Issuer {
+    iss: String,
+    jwks: String,
+    token: String,
 }
 
 #[derive(Clone)]
@@ -309,6 +326,30 @@ impl FakeApiServer {
         self.state.lock().unwrap().seen.clone()
     }
 
+    /// Serves the service-account issuer `iss` with the keys of `jwks` (a JWKS document)
+    /// to clients that send the bearer `token`.
+    pub fn serve_issuer(&self, iss: &str, jwks: &str, token: &str) {
+        self.state.lock().unwrap().issuer = Some(Issuer {
+            iss: iss.into(),
+            jwks: jwks.into(),
+            token: token.into(),
+        });
+    }
+
+    /// Rotates the issuer's keys (after [`FakeApiServer::serve_issuer`]).
+    pub fn rotate_issuer_keys(&self, jwks: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.issuer.as_mut().expect("serve_issuer first").jwks = jwks.into();
+    }
+
+    /// The requests to `path` (e.g. [`ISSUER_KEYS`]), in order.
+    pub fn requests_to(&self, path: &str) -> Vec<Seen> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.path == path)
+            .collect()
+    }
+
     /// Writes `status` over the object's, as another client with access to the status
     /// subresource could; watchers see MODIFIED.
     pub fn write_status(&self, namespace: &str, kind: &str, name: &str, status: Value) {
@@ -492,6 +533,9 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         )
     };
     let method = seen.method.as_str();
+    if method == "GET" && (path == ISSUER_CONFIGURATION || path == ISSUER_KEYS) {
+        return issuer(&state, &path, seen.token.as_deref());
+    }
     match (target(&path), method) {
         (Some(Target::Collection { namespace, plural }), "GET") => {
             if seen.is_watch() {
@@ -555,6 +599,39 @@ async fn handle(state: Arc<Mutex<State>>, req: Request<Incoming>) -> Response<Bo
         },
         _ => not_found(),
     }
+}
+
+/// The issuer discovery document or keys, for the issuer's reader only; with the API
+/// server's `Cache-Control`.
+fn issuer(state: &Mutex<State>, path: &str, token: Option<&str>) -> Response<Body> {
+    let Some(issuer) = state.lock().unwrap().issuer.clone() else {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", "not served"),
+        );
+    };
+    if token != Some(issuer.token.as_str()) {
+        return json_response(
+            StatusCode::UNAUTHORIZED,
+            &status(401, "Unauthorized", "Unauthorized"),
+        );
+    }
+    let body = if path == ISSUER_KEYS {
+        serde_json::from_str(&issuer.jwks).unwrap()
+    } else {
+        json!({
+            "issuer": issuer.iss,
+            "jwks_uri": format!("{}{ISSUER_KEYS}", issuer.iss),
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["RS256"],
+        })
+    };
+    let mut response = json_response(StatusCode::OK, &body);
+    response
+        .headers_mut()
+        .insert("cache-control", "public, max-age=3600".parse().unwrap());
+    response
 }
 
 /// RFC 7386: `patch` merged into `target`; `null` removes a key.

@@ -398,6 +398,7 @@ pub async fn closed_port() -> SocketAddr {
 }
 
 pub mod collector;
+pub mod key_server; // JWKS by URL (issue 48)
 pub mod keys;
 pub mod raw; // hostile inputs (issue 19)
 pub mod redis; // shared state (issue 21)

@@ -213,6 +213,8 @@ fn cluster_policies_use_the_pods_namespace_token_and_labels() {
 fn a_policies_config_map_replaces_the_cluster_source() {
     let settings = SidecarSettings {
         policies_config_map: Some("agent-policies".into()),
+        // Without workload identity either (sidecar.rs tests it with a ConfigMap).
+        workload_identity: no_workload_identity(),
         env: [(
             "TOOLGATE_TELEMETRY_OTLP_ENDPOINT".to_string(),
             "http://jaeger:4317".to_string(),
@@ -235,8 +237,15 @@ fn a_policies_config_map_replaces_the_cluster_source() {
     assert_eq!(
         doc["spec"]["volumes"],
         json!([{"name": "toolgate-policies", "configMap": {"name": "agent-policies"}}]),
-        "no API token without the cluster source"
+        "no API token without the cluster source or workload identity"
     );
+}
+
+fn no_workload_identity() -> crate::inject::settings::WorkloadIdentity {
+    crate::inject::settings::WorkloadIdentity {
+        enabled: false,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -245,6 +254,7 @@ fn an_audit_key_secret_is_mounted_into_the_sidecar_alone() {
         let settings = SidecarSettings {
             audit_key_secret: Some("toolgate-audit-key".into()),
             policies_config_map: policies_config_map.clone(),
+            workload_identity: no_workload_identity(),
             ..settings()
         };
         let (_, doc) = injected(

@@ -174,3 +174,52 @@ fn every_key_has_a_variable() {
         assert!(covered, "setting {leaf} has no TOOLGATE_INJECT_* variable");
     }
 }
+
+#[test]
+fn workload_identity_is_on_by_default_and_checked() {
+    let settings = InjectSettings::parse("t", "", vars(&[])).unwrap();
+    assert!(settings.sidecar.workload_identity.enabled);
+    assert_eq!(settings.sidecar.workload_identity.audiences, ["toolgate"]);
+    let off = InjectSettings::parse(
+        "t",
+        "",
+        vars(&[
+            ("TOOLGATE_INJECT_SIDECAR_WORKLOAD_IDENTITY_ENABLED", "false"),
+            (
+                "TOOLGATE_INJECT_SIDECAR_WORKLOAD_IDENTITY_AUDIENCES",
+                "a, b",
+            ),
+        ]),
+    )
+    .unwrap();
+    assert!(!off.sidecar.workload_identity.enabled);
+    assert_eq!(off.sidecar.workload_identity.audiences, ["a", "b"]);
+    for text in [
+        "sidecar: {workloadIdentity: {audiences: []}}",
+        "sidecar: {workloadIdentity: {audiences: ['a,b']}}",
+        "sidecar: {workloadIdentity: {audiences: ['a b']}}",
+    ] {
+        let err = InjectSettings::parse("t", text, vars(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sidecar.workloadIdentity.audiences"),
+            "{text}: {err}"
+        );
+    }
+    // Off, the list is not read.
+    assert!(InjectSettings::parse(
+        "t",
+        "sidecar: {workloadIdentity: {enabled: false, audiences: []}}",
+        vars(&[])
+    )
+    .is_ok());
+    // The injector sets the sidecar's variables itself while it is on.
+    let env = "sidecar: {env: {TOOLGATE_IDENTITY_KUBERNETES_AUDIENCES: x}}";
+    let err = InjectSettings::parse("t", env, vars(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("per pod"), "{err}");
+    let env = "sidecar: {workloadIdentity: {enabled: false}, env: {TOOLGATE_IDENTITY_KUBERNETES_AUDIENCES: x}}";
+    assert!(InjectSettings::parse("t", env, vars(&[])).is_ok());
+}

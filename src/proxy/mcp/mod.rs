@@ -87,7 +87,9 @@ pub async fn handle(
         &gate.identity,
         &parts.headers,
         parts.extensions.get::<crate::tls::PeerIdentity>(),
-    ) {
+    )
+    .await
+    {
         Ok(agent) => agent,
         Err(refused) => {
             // HTTP 401 (403 for a missing scope), with a JSON-RPC error body the SDKs

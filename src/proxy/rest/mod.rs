@@ -66,7 +66,9 @@ pub async fn handle(
         &gate.identity,
         &parts.headers,
         parts.extensions.get::<PeerIdentity>(),
-    ) {
+    )
+    .await
+    {
         Ok(agent) => agent,
         Err(refused) => {
             outcome.refused(&refused.reject);
