@@ -312,3 +312,46 @@ async fn a_body_that_is_not_declared_json_is_refused() {
     assert!(backend.posts().is_empty());
     h.stop().await;
 }
+
+/// An agent's own mistakes are its own: a REST caller is identified before its route or
+/// body is read, so an authenticated agent's unknown routes and malformed bodies are
+/// answered and recorded one by one, never counted as an anonymous flood; a caller
+/// without a credential learns nothing of the routes.
+#[tokio::test]
+async fn an_agents_mistakes_are_never_an_anonymous_flood() {
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(|s| s.limits.unauthenticated_per_second = 2),
+            ..Options::default()
+        },
+    )
+    .await;
+    for _ in 0..10 {
+        let r = h
+            .call("GET", "/no/such/route", Some(OPS_TOKEN), &[], "")
+            .await;
+        r.assert_refused("UNKNOWN_TOOL", 404);
+        let r = send(
+            &h,
+            "POST",
+            "/issues",
+            &[
+                ("authorization", BEARER),
+                ("content-type", "application/json"),
+            ],
+            "{not json",
+        )
+        .await;
+        r.assert_refused("MALFORMED_REQUEST", 400);
+    }
+    let r = h.call("GET", "/no/such/route", None, &[], "").await;
+    r.assert_refused("UNAUTHENTICATED", 401);
+    let file = h.audit_file();
+    let _dir = h.stop_keeping_files().await;
+    let calls = audit_calls(&std::fs::read_to_string(file).unwrap());
+    let own = calls.iter().filter(|c| c["agent"] == "ops-bot").count();
+    assert_eq!(own, 20, "every refusal of ops-bot has its record");
+    assert_eq!(backend.count(), 0);
+}

@@ -2,7 +2,7 @@
 //! binding), path + query + JSON body are its arguments.
 //!
 //! ```text
-//! snapshot → read body → classify → identify → govern → forward → respond (shape)
+//! snapshot → identify → read body → classify → govern → forward → respond (shape)
 //! ```
 //!
 //! Deciding is the governing core's (`proxy::govern`) and sending the forward path's
@@ -45,23 +45,9 @@ pub async fn handle(
         .load()
         .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
     outcome.under_policy(Some(snapshot.version));
-
-    let body = read_body(&gate.limits, &parts.headers, body).await?;
-    // The body checked as JSON must be the body the backend parses (proxy::media).
-    if !body.is_empty() {
-        crate::proxy::media::check_json(&parts.headers)?;
-    }
-    // The audit digest and a session's fingerprint read every call's arguments.
-    let reads_args = outcome.audited() || session.is_some();
-    let call = classify(
-        &snapshot,
-        &parts.method,
-        parts.uri.path(),
-        parts.uri.query(),
-        &body,
-        reads_args,
-    )?;
-    outcome.proposed(snapshot.contract(call.tool), &call.args);
+    // Who asks comes first, as on the MCP endpoint: a caller without a credential learns
+    // nothing of the routes, and an agent's own mistakes (a malformed body, an unknown
+    // route) are recorded as its own, never counted as an anonymous flood.
     let agent = match identify(
         &gate.identity,
         &parts.headers,
@@ -80,6 +66,23 @@ pub async fn handle(
         }
     };
     outcome.identified(&agent);
+
+    let body = read_body(&gate.limits, &parts.headers, body).await?;
+    // The body checked as JSON must be the body the backend parses (proxy::media).
+    if !body.is_empty() {
+        crate::proxy::media::check_json(&parts.headers)?;
+    }
+    // The audit digest and a session's fingerprint read every call's arguments.
+    let reads_args = outcome.audited() || session.is_some();
+    let call = classify(
+        &snapshot,
+        &parts.method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &body,
+        reads_args,
+    )?;
+    outcome.proposed(snapshot.contract(call.tool), &call.args);
     let trace_id = outcome.trace_id().to_string();
     let mut captured = Captured::default();
     let verdict = govern(
