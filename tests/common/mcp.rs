@@ -48,6 +48,28 @@ pub fn everything() -> PathBuf {
     path
 }
 
+/// The MCP conformance suite's CLI and the Node.js 22 it needs: `TOOLGATE_TEST_NODE22`
+/// and `TOOLGATE_TEST_CONFORMANCE`, else under `.tools/`.
+pub fn conformance() -> (PathBuf, PathBuf) {
+    let node = std::env::var_os("TOOLGATE_TEST_NODE22")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".tools/node22/package/bin/node"));
+    let suite = std::env::var_os("TOOLGATE_TEST_CONFORMANCE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            root().join(
+                ".tools/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js",
+            )
+        });
+    assert!(
+        node.exists() && suite.exists(),
+        "Node.js 22 or the MCP conformance suite is missing ({}, {}): run scripts/test.sh",
+        node.display(),
+        suite.display()
+    );
+    (node, suite)
+}
+
 /// A peer process, killed (by its own pid) when dropped.
 pub struct Peer {
     child: Child,
@@ -88,6 +110,39 @@ impl Peer {
             .strip_prefix("READY ")
             .and_then(|p| p.trim().parse().ok())
             .unwrap_or_else(|| panic!("server.py did not announce a port: {line:?}"));
+        peer.addr.set_port(port);
+        peer
+    }
+
+    /// `tests/mcp/polling_server.mjs`: the TypeScript SDK's server, polling over SSE
+    /// (SEP-1699), with the SDK that server-everything installed.
+    pub fn polling_server(dir: &Path) -> Peer {
+        let count_file = dir.join(format!("counts-{}.json", rand_suffix()));
+        let sdk = everything()
+            .ancestors()
+            .nth(3)
+            .expect("server-everything sits under node_modules/@modelcontextprotocol")
+            .join("sdk");
+        let mut child = Command::new("node")
+            .arg(root().join("tests/mcp/polling_server.mjs"))
+            .arg(&sdk)
+            .arg(&count_file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs polling_server.mjs");
+        let stdout = child.stdout.take().unwrap();
+        let mut peer = Peer {
+            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            count_file: Some(count_file),
+        };
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let port: u16 = line
+            .strip_prefix("READY ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("polling_server.mjs did not announce a port: {line:?}"));
         peer.addr.set_port(port);
         peer
     }

@@ -397,6 +397,7 @@ pub async fn closed_port() -> SocketAddr {
     addr
 }
 
+pub mod auth_relay;
 pub mod collector;
 pub mod key_server; // JWKS by URL (issue 48)
 pub mod keys;

@@ -33,6 +33,10 @@ pub enum Failure {
     TooLarge(usize),
     /// The body was not a JSON-RPC response to the request.
     NotAnAnswer,
+    /// The server ended its event stream cleanly, without the response, after naming
+    /// its events (`id:`): SSE polling (SEP-1699). The response comes on the stream the
+    /// client resumes with `Last-Event-ID`, not here.
+    Resumable,
 }
 
 /// What to do with the response to the forwarded request.
@@ -348,8 +352,11 @@ async fn collect_sse(
 ) -> Result<Value, Failure> {
     let mut parser = Parser::new(max);
     let mut eof = false;
+    // Events with ids make the stream resumable: its end is then no failure.
+    let mut resumable = false;
     loop {
         while let Some(event) = parser.next_event(eof) {
+            resumable |= event.id.is_some();
             // Relayed as `rewrite_sse` re-emits: what is not JSON is dropped unchecked.
             let relay = if !event.is_message() || event.data.is_empty() {
                 true
@@ -369,6 +376,12 @@ async fn collect_sse(
             if let Some(tap) = tap.as_deref_mut().filter(|_| relay) {
                 tap.send(event.raw).await;
             }
+        }
+        if eof && resumable {
+            if let Some(tap) = tap.as_deref_mut() {
+                tap.resumable();
+            }
+            return Err(Failure::Resumable);
         }
         if eof {
             return Err(Failure::Broken);
@@ -395,7 +408,7 @@ pub fn unread_reject(failure: Failure) -> Reject {
             Code::BackendTimeout,
             "the backend did not list its tools in time",
         ),
-        Failure::Broken => Reject::new(
+        Failure::Broken | Failure::Resumable => Reject::new(
             Code::BackendUnavailable,
             "the backend connection broke before its answer arrived",
         ),

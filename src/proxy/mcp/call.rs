@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::answer::Failure;
@@ -172,6 +173,12 @@ pub fn failure_to_reject(failure: Failure, contract: &Contract) -> Reject {
             Code::BackendUnavailable,
             "the backend connection broke before the tool's result arrived",
         ),
+        // A call collected whole (a batch's) can't follow the session's resumed stream.
+        Failure::Resumable => Reject::new(
+            Code::BackendUnavailable,
+            "the backend closed the call's event stream before its result, to be resumed \
+             on the session's stream; send the call on its own to follow it",
+        ),
         Failure::TooLarge(n) => Reject::new(
             Code::OutputContractViolation,
             format!("the tool's result is larger than {n} bytes"),
@@ -190,8 +197,10 @@ pub struct FollowUp {
     /// The call's facts and its span; taken when a refusal records it.
     outcome: Option<Outcome>,
     /// A live lead's call, running detached: if the stream goes before its outcome is
-    /// known (the client left), the outcome is still awaited and a failure recorded.
-    watch: Option<(Arc<Flight>, tokio::time::Instant, Duration)>,
+    /// known (the client left), the outcome is still awaited and a failure recorded —
+    /// unless the upstream ended its stream to be resumed (`resumed`), the result going
+    /// to the client on the stream it resumes.
+    watch: Option<(Arc<Flight>, tokio::time::Instant, Duration, Arc<AtomicBool>)>,
 }
 
 impl FollowUp {
@@ -211,8 +220,9 @@ impl FollowUp {
         flight: Arc<Flight>,
         deadline: tokio::time::Instant,
         timeout: Duration,
+        resumed: Arc<AtomicBool>,
     ) {
-        self.watch = Some((flight, deadline, timeout));
+        self.watch = Some((flight, deadline, timeout, resumed));
     }
 
     /// The tool answered `isError: true` in the stream: the span says so when it ends.
@@ -242,11 +252,14 @@ impl Drop for FollowUp {
         let Some(mut outcome) = self.outcome.take() else {
             return;
         };
-        let (Some((flight, deadline, timeout)), Ok(runtime)) =
+        let (Some((flight, deadline, timeout, resumed)), Ok(runtime)) =
             (self.watch.take(), tokio::runtime::Handle::try_current())
         else {
             return outcome.close(&self.gate.metrics);
         };
+        if resumed.load(Ordering::Relaxed) {
+            return outcome.close(&self.gate.metrics);
+        }
         // The stream went before the call's outcome reached it: a failure of the call
         // that ran is still recorded, as it would have been in the stream.
         let gate = self.gate.clone();

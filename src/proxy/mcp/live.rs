@@ -19,6 +19,7 @@ use http::HeaderMap;
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
 use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -38,6 +39,9 @@ pub struct Relayed {
     /// The stream's (cleaned) response headers.
     pub headers: HeaderMap,
     pub events: mpsc::Receiver<Bytes>,
+    /// Set when the upstream ended its stream to be resumed (SSE polling, SEP-1699): the
+    /// result reaches the client on the stream it resumes, so the lead's ends without it.
+    pub resumed: Arc<AtomicBool>,
 }
 
 /// The collector's end: relays until the lead is gone, too slow, or past its deadline.
@@ -45,6 +49,7 @@ pub struct Tap {
     head: Option<oneshot::Sender<Relayed>>,
     events: Option<mpsc::Sender<Bytes>>,
     deadline: Instant,
+    resumed: Arc<AtomicBool>,
 }
 
 /// A tap, and the lead's end of it: an event stream, or closed when the answer is not one.
@@ -54,6 +59,7 @@ pub fn channel(deadline: Instant) -> (Tap, oneshot::Receiver<Relayed>) {
         head: Some(head),
         events: None,
         deadline,
+        resumed: Arc::new(AtomicBool::new(false)),
     };
     (tap, opened)
 }
@@ -65,9 +71,23 @@ impl Tap {
             return;
         };
         let (tx, events) = mpsc::channel(RELAY_BUFFER);
-        if head.send(Relayed { headers, events }).is_ok() {
+        let resumed = self.resumed.clone();
+        if head
+            .send(Relayed {
+                headers,
+                events,
+                resumed,
+            })
+            .is_ok()
+        {
             self.events = Some(tx);
         }
+    }
+
+    /// The upstream ended its stream cleanly, to be resumed: the lead ends its own without
+    /// a final response, and its client resumes the session's stream for the result.
+    pub fn resumable(&mut self) {
+        self.resumed.store(true, Ordering::Relaxed);
     }
 
     /// Relays one event, waiting for room until the deadline; a lead that has left or
@@ -90,18 +110,16 @@ impl Tap {
 }
 
 /// The lead's SSE body: every relayed event as it comes, then the final response that
-/// `finish` makes of the flight's outcome (`None`: not settled by `deadline`).
-pub fn body<F>(
-    events: mpsc::Receiver<Bytes>,
-    flight: Arc<Flight>,
-    deadline: Instant,
-    finish: F,
-) -> Body
+/// `finish` makes of the flight's outcome (`None`: not settled by `deadline`) — unless
+/// the upstream ended its stream to be resumed ([`Relayed::resumed`]): then the body
+/// ends as the upstream's did, and the client resumes the session's stream.
+pub fn body<F>(relayed: Relayed, flight: Arc<Flight>, deadline: Instant, finish: F) -> Body
 where
     F: FnOnce(Option<Arc<Settled>>) -> Value + Send + Sync + 'static,
 {
     let state = Some(Lead {
-        events,
+        events: relayed.events,
+        resumed: relayed.resumed,
         flight,
         deadline,
         finish,
@@ -111,6 +129,8 @@ where
         // The contract's timeout holds until the result arrives, events or not.
         let settled = match tokio::time::timeout_at(lead.deadline, lead.events.recv()).await {
             Ok(Some(event)) => return Some((Ok::<_, BoxError>(Frame::data(event)), Some(lead))),
+            // The upstream closed its stream to be resumed: so does the lead.
+            Ok(None) if lead.resumed.load(Ordering::Relaxed) => return None,
             // The collector is done relaying: the flight settles as it returns, so wait
             // for it a moment even at the deadline.
             Ok(None) => lead.flight.outcome(settle_wait(lead.deadline)).await,
@@ -134,6 +154,7 @@ pub fn settle_wait(deadline: Instant) -> Duration {
 
 struct Lead<F> {
     events: mpsc::Receiver<Bytes>,
+    resumed: Arc<AtomicBool>,
     flight: Arc<Flight>,
     deadline: Instant,
     finish: F,

@@ -18,6 +18,7 @@ use super::call::shape_answer;
 use super::live::Tap;
 use super::reply::Refusal;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
+use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
 use crate::proxy::exchange::{Exchange, Received};
 use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
@@ -125,6 +126,12 @@ async fn settle(
                     Reject::new(Code::BackendUnavailable, "the backend connection broke before the tool's result arrived; the call may have run")
                         .with_retryable(false)
                         .with_recovery(Recovery::Stop),
+                    Ran::Maybe,
+                ),
+                // The lead's client resumes the stream and gets the result there; a
+                // duplicate can't, and the call must not run again.
+                Failure::Resumable => (
+                    unknown_outcome(window, "its result went to the first caller's resumed event stream; it will not be sent again"),
                     Ran::Maybe,
                 ),
                 Failure::TooLarge(n) => (Reject::new(Code::OutputContractViolation, format!("the tool's result is larger than {n} bytes")), Ran::Yes),

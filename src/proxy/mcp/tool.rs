@@ -268,7 +268,7 @@ async fn lead(
     } = leading;
     let timeout = snapshot.contract(tool).timeout;
     let unknown = || Refusal::of_call(unsettled(timeout));
-    let Relayed { headers, events } = match tokio::time::timeout_at(deadline, relays).await {
+    let mut relayed = match tokio::time::timeout_at(deadline, relays).await {
         Err(_) => return Err(unknown()),
         Ok(Ok(relayed)) => relayed,
         // Nothing streams (a JSON answer, a failure): the outcome is the answer; the
@@ -285,7 +285,7 @@ async fn lead(
     may_resume(ex, id, snapshot.contract(tool));
     let mut rewrite = CallRewrite::new(ex, snapshot.clone(), tool, id, outcome);
     if let Some(follow_up) = rewrite.follow_up.as_mut() {
-        follow_up.watch(flight.clone(), deadline, timeout);
+        follow_up.watch(flight.clone(), deadline, timeout, relayed.resumed.clone());
     }
     let answer_id = id.clone();
     let finish = move |settled: Option<Arc<Settled>>| {
@@ -308,7 +308,8 @@ async fn lead(
             Err(reject) => rewrite.refused(reject),
         }
     };
-    let mut response = Response::new(live::body(events, flight, deadline, finish));
+    let headers = std::mem::take(&mut relayed.headers);
+    let mut response = Response::new(live::body(relayed, flight, deadline, finish));
     *response.headers_mut() = headers;
     Ok(response)
 }
