@@ -147,6 +147,13 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
             return Err(invalid("params must be an object or an array"));
         }
     }
+    // A message that is both a request and a response could be read as either: as a
+    // governed call here, and as the answer to one of its own requests by a server.
+    if object.contains_key("method")
+        && (object.contains_key("result") || object.contains_key("error"))
+    {
+        return Err(invalid("a message is a request or a response, not both: give it a method or a result (or error), not both"));
+    }
     let kind = match (object.get("method"), &id) {
         (Some(Value::String(_)), Some(_)) => Kind::Request,
         (Some(Value::String(method)), None) if is_notification(method) => Kind::Notification,
@@ -245,6 +252,10 @@ mod tests {
         assert!(mk(json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"})).is_err());
         assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "method": 5})).is_err());
         assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "result": 1, "error": {}})).is_err());
+        assert!(
+            mk(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "result": {}})).is_err()
+        );
+        assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "error": {}})).is_err());
         assert!(mk(json!({"jsonrpc": "2.0", "id": 1, "method": "x", "params": 3})).is_err());
         assert_eq!(mk(json!([1])).unwrap_err().id, Value::Null);
         for id in [
