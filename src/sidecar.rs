@@ -134,6 +134,10 @@ impl Sidecar {
             )
             .context("approvals")?,
         );
+        background.push(tokio::spawn(crate::approvals::backlog::watch(
+            approvals.clone(),
+            metrics.clone(),
+        )));
         let gate = Arc::new(Gate {
             snapshots: control.reader(),
             identity,

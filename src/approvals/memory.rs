@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::backlog::Backlog;
 use super::{Approval, DecideError, Decision, Requested, Status};
 
 /// How long an approval is kept past its expiry, for listings and late lookups.
@@ -104,6 +105,18 @@ impl MemoryStore {
         all.sort_by_key(|a| std::cmp::Reverse(a.created_ms));
         all.truncate(limit);
         all
+    }
+
+    /// The approvals still waiting for a decision at `now_ms`, counted under the lock
+    /// without a copy.
+    pub fn backlog(&self, now_ms: u64) -> Backlog {
+        let mut backlog = Backlog::default();
+        for approval in self.lock().by_id.values() {
+            if approval.status_at(now_ms) == Status::Pending {
+                backlog.add(approval.created_ms);
+            }
+        }
+        backlog
     }
 
     pub fn decide(

@@ -51,6 +51,18 @@ impl Store {
         }
     }
 
+    /// The approvals waiting for a decision now (a shared store's: the oldest
+    /// [`SCAN_LIMIT`](super::backlog::SCAN_LIMIT)).
+    pub async fn backlog(&self) -> Result<super::backlog::Backlog, String> {
+        match self {
+            Store::Memory(store) => Ok(store.backlog(now_ms())),
+            Store::Shared(shared) => shared
+                .backlog(super::backlog::SCAN_LIMIT)
+                .await
+                .map_err(|e| e.0),
+        }
+    }
+
     /// Approvals, newest first.
     pub async fn list(&self) -> Result<Vec<Approval>, String> {
         match self {
