@@ -37,6 +37,8 @@ const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_milli
 pub struct Sender {
     runtime: OwnRuntime,
     to: Collector,
+    /// Where requests go, for the operator's log.
+    endpoint: String,
 }
 
 #[derive(Debug, Clone)]
@@ -102,6 +104,7 @@ impl Sender {
             ));
         }
         let runtime = OwnRuntime::new()?;
+        let name = endpoint.uri().to_string();
         // The channel's worker task is spawned where it is made: on the exporter's runtime.
         let channel = {
             let _on = runtime.get().enter();
@@ -113,6 +116,7 @@ impl Sender {
                 grpc: tonic::client::Grpc::new(channel),
                 timeout,
             },
+            endpoint: name,
         })
     }
 
@@ -132,6 +136,7 @@ impl Sender {
             Box::new(RuntimeHttpClient::new(timeout))
         };
         Ok(Sender {
+            endpoint: url.to_string(),
             runtime,
             to: Collector::Http { client, url },
         })
@@ -139,7 +144,7 @@ impl Sender {
 
     /// Sends one request, retrying a transient failure; blocks the calling thread (the
     /// span worker) while the exporter's worker sends it. Must not be called from
-    /// inside a Tokio runtime.
+    /// inside a Tokio runtime. The error names the endpoint.
     pub fn send(&self, request: Vec<u8>) -> Result<(), String> {
         let request = Bytes::from(request);
         let mut waits = RETRIES.iter();
@@ -157,7 +162,7 @@ impl Sender {
                 Ok(()) => return Ok(()),
                 Err(failure) => match waits.next() {
                     Some(wait) if failure.transient => std::thread::sleep(*wait),
-                    _ => return Err(failure.message),
+                    _ => return Err(format!("{}: {}", self.endpoint, failure.message)),
                 },
             }
         }
