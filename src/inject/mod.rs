@@ -15,6 +15,7 @@
 
 pub mod patch;
 pub mod review;
+pub mod scrape;
 pub mod server;
 pub mod settings;
 pub mod sidecar;

@@ -53,6 +53,9 @@ pub struct SidecarSettings {
     /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
     /// top of what the injector sets per pod.
     pub env: BTreeMap<String, String>,
+    /// Add the `prometheus.io/*` scrape annotations for the admin port to injected pods
+    /// (`inject::scrape`).
+    pub scrape_annotations: bool,
 }
 
 /// Resource requests and limits: resource name → Kubernetes quantity.
@@ -102,6 +105,7 @@ impl Default for SidecarSettings {
             audit_key_secret: None,
             redis_password_secret: None,
             env: BTreeMap::new(),
+            scrape_annotations: false,
         }
     }
 }
@@ -140,6 +144,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.auditKeySecret", Kind::Str),
     ("sidecar.redisPasswordSecret", Kind::Str),
     ("sidecar.env", Kind::Yaml),
+    ("sidecar.scrapeAnnotations", Kind::Bool),
 ];
 
 pub const ENV_PREFIX: &str = "TOOLGATE_INJECT";

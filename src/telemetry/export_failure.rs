@@ -84,7 +84,14 @@ impl Window {
 }
 
 impl ExportFailures {
+    /// Exposes the signal's counter at 0 from the start, so a rate over it works from
+    /// the first failure (a series born at 1 hides that failure from `rate`).
     pub fn new(signal: &'static str, metrics: Arc<Metrics>) -> ExportFailures {
+        drop(
+            metrics
+                .telemetry_export_failures
+                .get_or_create(&super::metrics::SignalLabels { signal }),
+        );
         ExportFailures {
             signal,
             metrics,
@@ -178,10 +185,12 @@ mod tests {
         }
         meters.failed("collector answered 503", 4);
         traces.succeeded();
+        let _unused = ExportFailures::new("logs", metrics.clone());
         let text = metrics.encode();
         for line in [
             "toolgate_telemetry_export_failures_total{signal=\"traces\"} 3",
             "toolgate_telemetry_export_failures_total{signal=\"metrics\"} 1",
+            "toolgate_telemetry_export_failures_total{signal=\"logs\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

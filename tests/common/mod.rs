@@ -401,3 +401,4 @@ pub mod collector;
 pub mod keys;
 pub mod raw; // hostile inputs (issue 19)
 pub mod redis; // shared state (issue 21)
+pub mod scrape; // the monitoring pack (issue 48)
