@@ -645,17 +645,18 @@ async fn mcp_handshake_and_listing_are_not_tool_calls() {
     )
     .await;
     let (_, text) = h.get_admin("/metrics").await;
-    let calls: Vec<&str> = text
+    // The exposition's order is a hash map's: compared as a set.
+    let calls: std::collections::BTreeSet<&str> = text
         .lines()
         .filter(|l| l.starts_with("toolgate_calls_total{"))
         .collect();
     assert_eq!(
         calls,
-        [
+        std::collections::BTreeSet::from([
             r#"toolgate_calls_total{tool="read_logs",decision="allow",code="OK"} 1"#,
             r#"toolgate_calls_total{tool="-",decision="deny",code="UNKNOWN_TOOL"} 1"#,
             r#"toolgate_calls_total{tool="-",decision="deny",code="UNAUTHENTICATED"} 1"#,
-        ],
+        ]),
         "{text}"
     );
     for method in ["initialize", "tools/list"] {
