@@ -245,15 +245,34 @@ async fn text_logs_are_plain_and_a_bad_first_policy_says_nothing_is_served() {
 fn an_unknown_log_format_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let settings = dir.path().join("toolgate.yaml");
-    std::fs::write(&settings, "").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+    std::fs::write(
+        &settings,
+        "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\npolicies: {files: [.]}\naudit: {path: 'off'}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["run", "--config"])
         .arg(&settings)
         .env("TOOLGATE_LOG_FORMAT", "logfmt")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Refused at once; a sidecar that started anyway is stopped and the test fails.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{stderr}");
     assert!(
         stderr.contains("TOOLGATE_LOG_FORMAT") && stderr.contains("logfmt"),
         "{stderr}"
