@@ -17,7 +17,7 @@ use std::io::IsTerminal;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
@@ -62,9 +62,10 @@ pub fn init(default: &str) -> Result<(), UnknownLogFormat> {
 }
 
 /// A subscriber writing `format` lines to `writer`, for tests.
-pub fn subscriber<W>(format: LogFormat, writer: W) -> Box<dyn Subscriber + Send + Sync>
+#[cfg(test)]
+fn subscriber<W>(format: LogFormat, writer: W) -> Box<dyn Subscriber + Send + Sync>
 where
-    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     let builder = tracing_subscriber::fmt()
         .with_writer(writer)
@@ -172,6 +173,7 @@ impl Visit for Fields {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+    use tracing_subscriber::fmt::MakeWriter;
 
     /// Collects what the logger writes.
     #[derive(Clone, Default)]
