@@ -52,9 +52,21 @@ fn relative_settings(dir: &Path, port: u16, admin: u16, upstream: &str) -> std::
     settings
 }
 
+/// A running `toolgate run`, killed if the test fails before stopping it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// `toolgate run --config settings`, started in `cwd`, stderr piped.
-fn run(settings: &Path, cwd: &Path, env: &[(&str, &str)]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_toolgate"))
+fn run(settings: &Path, cwd: &Path, env: &[(&str, &str)]) -> Running {
+    let child = Command::new(env!("CARGO_BIN_EXE_toolgate"))
         .args(["run", "--config"])
         .arg(settings)
         .current_dir(cwd)
@@ -65,11 +77,13 @@ fn run(settings: &Path, cwd: &Path, env: &[(&str, &str)]) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Running(Some(child))
 }
 
 /// Stops the child with SIGTERM and returns its stderr.
-async fn stop(child: Child) -> String {
+async fn stop(mut running: Running) -> String {
+    let child = running.0.take().expect("running");
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
