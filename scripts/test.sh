@@ -88,6 +88,20 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
   fi
 fi
 
+# --- promtool: the monitoring pack's alert and dashboard tests (issue 48) ----------------
+# Debian's prometheus package (installing it starts no daemon in a container); as root.
+# Elsewhere tests/monitoring.rs says loudly that its promtool checks were skipped.
+if ! command -v promtool >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing promtool (Debian's prometheus package)"
+    if ! apt-get install -y -qq prometheus >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq prometheus >/dev/null
+    fi
+  else
+    log "promtool is missing and can't be installed here: the alert rule tests will be skipped"
+  fi
+fi
+
 export TOOLGATE_TEST_PYTHON=$tools/venv/bin/python
 export TOOLGATE_TEST_EVERYTHING=$everything
 export TOOLGATE_TEST_NODE22=$node22

@@ -294,18 +294,14 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn init_logs(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+/// Logs to stderr: `TOOLGATE_LOG` filters (else `default`), `TOOLGATE_LOG_FORMAT` is
+/// `text` or `json` (`toolgate::telemetry::logs`).
+fn init_logs(default: &str) -> anyhow::Result<()> {
+    Ok(toolgate::telemetry::logs::init(default)?)
 }
 
 async fn run(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    init_logs("info");
+    init_logs("info")?;
     let default = Path::new("toolgate.yaml");
     let file = config.or_else(|| default.exists().then(|| default.to_path_buf()));
     let settings = Settings::load(file.as_deref(), std::env::vars())?;
@@ -320,7 +316,7 @@ async fn run(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 
 // --- inject (issue 8) ---
 async fn inject(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    init_logs("info");
+    init_logs("info")?;
     let settings =
         toolgate::inject::settings::InjectSettings::load(config.as_deref(), std::env::vars())?;
     let injector = toolgate::inject::server::Injector::start(settings).await?;
@@ -334,7 +330,7 @@ async fn inject(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 // --- end inject ---
 
 async fn controller(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    init_logs("info");
+    init_logs("info")?;
     let settings = toolgate::controller::settings::ControllerSettings::load(
         config.as_deref(),
         std::env::vars(),
@@ -350,7 +346,7 @@ async fn controller(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 
 async fn demo(otlp_endpoint: Option<String>) -> anyhow::Result<ExitCode> {
     // Keep the table readable: only the sidecar's warnings and errors.
-    init_logs("warn");
+    init_logs("warn")?;
     toolgate::demo::run(&mut std::io::stdout(), otlp_endpoint).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -418,11 +414,9 @@ fn verify(
     match verify_reader(reader, key.as_ref(), expect_seq) {
         Ok(summary) => {
             println!(
-                "ok: {} records ({} decisions, {} starts, {} policy versions), last seq {}, chain intact{}",
+                "ok: {} records ({}), last seq {}, chain intact{}",
                 summary.records,
-                summary.calls,
-                summary.starts,
-                summary.policies,
+                summary.by_kind(),
                 summary.last_seq,
                 if key.is_some() { " with the key" } else { "" }
             );

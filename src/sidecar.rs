@@ -149,6 +149,10 @@ impl Sidecar {
             audit.clone(),
         ));
         background.push(tokio::spawn(anonymous.clone().run()));
+        background.push(tokio::spawn(crate::approvals::backlog::watch(
+            approvals.clone(),
+            metrics.clone(),
+        )));
         let gate = Arc::new(Gate {
             snapshots: control.reader(),
             identity,

@@ -785,3 +785,53 @@ async fn a_slow_redis_or_a_tls_mismatch_is_unavailable_not_a_hang() {
     r.assert_refused("STATE_UNAVAILABLE", 503);
     assert_eq!(created.load(Ordering::SeqCst), 0);
 }
+
+/// `toolgate_state_up` an alert can trust: 1 with the memory backend (nothing to lose);
+/// with Redis, it follows Redis on an idle sidecar too (the link's probe), so an outage
+/// shows with no call to notice it, and a quiet pod whose Redis is fine is not down.
+#[tokio::test]
+async fn state_up_follows_redis_without_calls_and_is_1_in_memory() {
+    let (backend, _) = mk_backend().await;
+    let memory = Harness::start(backend.addr, Options::default()).await;
+    let (_, metrics) = memory.get_admin("/metrics").await;
+    assert!(metrics.contains("toolgate_state_up 1\n"), "{metrics}");
+    memory.stop().await;
+    if !redis::available() {
+        return;
+    }
+    let mut server = Server::start(&[]).await;
+    let pod = sidecar(&backend, &policy(), &server.url(), false).await;
+    let wait_for = |want: &'static str| {
+        let pod = &pod;
+        async move {
+            // The probe runs at start, then every 5 s.
+            for _ in 0..150 {
+                if state_up(pod).await.as_deref() == Some(want) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("toolgate_state_up never became {want}");
+        }
+    };
+    wait_for("1").await;
+    server.kill();
+    wait_for("0").await;
+    server.restart().await;
+    wait_for("1").await;
+    let (_, metrics) = pod.get_admin("/metrics").await;
+    assert!(
+        metrics.contains("toolgate_state_errors_total{op=\"probe\"}"),
+        "{metrics}"
+    );
+    pod.stop().await;
+}
+
+/// The value `toolgate_state_up` has on `pod`'s `/metrics`.
+async fn state_up(pod: &Harness) -> Option<String> {
+    let (_, metrics) = pod.get_admin("/metrics").await;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("toolgate_state_up "))
+        .map(str::to_string)
+}

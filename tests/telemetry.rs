@@ -518,3 +518,152 @@ async fn rest_exporting() -> (Collector, tokio::task::JoinHandle<()>, Backend, H
     .await;
     (collector, server, backend, h)
 }
+
+/// The value of the sample `series` (name and labels, exactly as exposed) on `/metrics`.
+async fn sample(h: &Harness, series: &str) -> Option<f64> {
+    let (_, text) = h.get_admin("/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Polls `/metrics` until `series` reaches `at_least`, for up to 10 s; its last value.
+async fn wait_for_sample(h: &Harness, series: &str, at_least: f64) -> f64 {
+    let mut last = 0.0;
+    for _ in 0..200 {
+        last = sample(h, series).await.unwrap_or(0.0);
+        if last >= at_least {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    last
+}
+
+/// The issue's walk: the collector's port closed, 6 calls, 10 s. Every span is lost, so
+/// every span counts as dropped, and the failed exports count by signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_collector_port_counts_failed_exports_and_dropped_spans() {
+    let endpoint = format!("http://{}", closed_port().await);
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| s.telemetry.otlp_endpoint = Some(endpoint)),
+            ..Options::default()
+        },
+    )
+    .await;
+    for _ in 0..6 {
+        let r = h
+            .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    // Each call has its server span and its backend call's client span.
+    let dropped = wait_for_sample(&h, "toolgate_spans_dropped_total", 12.0).await;
+    assert_eq!(
+        dropped, 12.0,
+        "every span of the 6 calls is lost and counted"
+    );
+    let failures = r#"toolgate_telemetry_export_failures_total{signal="traces"}"#;
+    assert!(sample(&h, failures).await.unwrap_or(0.0) >= 1.0);
+    h.stop().await;
+}
+
+/// A collector that is up but answers every export with an error: spans and pushed
+/// metrics both count their failures, each under its signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_answering_errors_counts_failures_by_signal() {
+    let (addr, seen) = common::collector::refusing_http(400).await;
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            tweak: Box::new(move |s| {
+                s.telemetry.otlp_endpoint = Some(format!("http://{addr}"));
+                s.telemetry.otlp_protocol = toolgate::config::OtlpProtocol::Http;
+                s.telemetry.metrics_export = toolgate::config::MetricsExport::Otlp;
+                s.telemetry.metrics_interval_ms = 200;
+            }),
+            ..Options::default()
+        },
+    )
+    .await;
+    for _ in 0..3 {
+        h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+            .await;
+    }
+    for signal in ["traces", "metrics"] {
+        let series = format!(r#"toolgate_telemetry_export_failures_total{{signal="{signal}"}}"#);
+        let failed = wait_for_sample(&h, &series, 1.0).await;
+        assert!(failed >= 1.0, "{signal}: {failed}");
+    }
+    assert_eq!(
+        wait_for_sample(&h, "toolgate_spans_dropped_total", 6.0).await,
+        6.0,
+        "3 calls' server and client spans"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.contains_key("/v1/traces") && seen.contains_key("/v1/metrics"),
+        "{seen:?}"
+    );
+    h.stop().await;
+}
+
+/// `toolgate_calls_total` counts tool calls: MCP's handshake and listing are counted by
+/// method in the conventions' histogram, never as `tool="-"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_handshake_and_listing_are_not_tool_calls() {
+    let backend = McpBackend::start().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: include_str!("fixtures/policies/mcp-backend.yaml").into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    let headers = [("mcp-protocol-version", "2025-11-25")];
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_logs","arguments":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"no_such_tool","arguments":{}}}"#,
+    ] {
+        h.call("POST", "/mcp", Some(OPS_TOKEN), &headers, body)
+            .await;
+    }
+    // Refused before it said what it was: counted, as the refusal it is.
+    h.call(
+        "POST",
+        "/mcp",
+        None,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":5,"method":"initialize"}"#,
+    )
+    .await;
+    let (_, text) = h.get_admin("/metrics").await;
+    // The exposition's order is a hash map's: compared as a set.
+    let calls: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("toolgate_calls_total{"))
+        .collect();
+    assert_eq!(
+        calls,
+        std::collections::BTreeSet::from([
+            r#"toolgate_calls_total{tool="read_logs",decision="allow",code="OK"} 1"#,
+            r#"toolgate_calls_total{tool="-",decision="deny",code="UNKNOWN_TOOL"} 1"#,
+            r#"toolgate_calls_total{tool="-",decision="deny",code="UNAUTHENTICATED"} 1"#,
+        ]),
+        "{text}"
+    );
+    for method in ["initialize", "tools/list"] {
+        let counted = format!(
+            r#"mcp_server_operation_duration_seconds_count{{mcp_method_name="{method}",gen_ai_tool_name="",error_type=""}} 1"#
+        );
+        assert!(text.contains(&counted), "missing {counted} in\n{text}");
+    }
+    h.stop().await;
+}

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::backlog::Backlog;
 use super::page::{page_of, Page, Query};
 use super::{Approval, DecideError, Decision, Requested, Status};
 
@@ -158,6 +159,18 @@ impl MemoryStore {
     /// Bytes of arguments held.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
+    }
+
+    /// The approvals still waiting for a decision at `now_ms`, counted under the lock
+    /// without a copy.
+    pub fn backlog(&self, now_ms: u64) -> Backlog {
+        let mut backlog = Backlog::default();
+        for approval in self.lock().by_id.values() {
+            if approval.status_at(now_ms) == Status::Pending {
+                backlog.add(approval.created_ms);
+            }
+        }
+        backlog
     }
 
     pub fn decide(

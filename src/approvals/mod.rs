@@ -26,6 +26,7 @@
 pub mod api;
 pub mod approvers;
 pub mod ask;
+pub mod backlog;
 pub mod cli;
 pub mod memory;
 pub mod notify;

@@ -25,6 +25,7 @@
 use redis::Script;
 use std::sync::{Arc, LazyLock};
 
+use super::backlog::Backlog;
 use super::memory::{Bounds, Full, KEEP_AFTER_MS};
 use super::page::{Cursor, Page, Query};
 use super::{now_ms, Approval, DecideError, Decision, Requested, Status};
@@ -191,6 +192,26 @@ return out",
     )
 });
 
+/// The pending approvals among the oldest `ARGV[2]` of the index: their count and the
+/// index score (creation time) of the oldest.
+static BACKLOG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1, 'WITHSCORES')
+local pending, oldest = 0, 0
+for i = 1, #ids, 2 do
+  local h = redis.call('HMGET', ARGV[1] .. ids[i], 'status', 'expiresMs')
+  if h[1] == 'pending' and tonumber(h[2]) and now < tonumber(h[2]) then
+    pending = pending + 1
+    if oldest == 0 then oldest = tonumber(ids[i + 1]) end
+  end
+end
+return {pending, oldest}",
+    )
+});
+
 /// The approval store on a sidecar's shared state.
 pub struct SharedApprovals {
     shared: Arc<Shared>,
@@ -338,6 +359,27 @@ impl SharedApprovals {
             _ => None,
         };
         Ok(Page { approvals, next })
+    }
+
+    /// The pending approvals among the oldest `limit`, in one script.
+    pub async fn backlog(&self, limit: usize) -> Result<Backlog, Unavailable> {
+        let index = self.approval_key("index");
+        let prefix = self.approval_key("a:");
+        let (pending, oldest): (u64, u64) = self
+            .link()
+            .call(Op::Approval, |mut conn| async move {
+                BACKLOG
+                    .key(index)
+                    .arg(prefix)
+                    .arg(limit)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(Backlog {
+            pending,
+            oldest_created_ms: (oldest > 0).then_some(oldest),
+        })
     }
 
     pub async fn decide_approval(

@@ -49,6 +49,18 @@ impl Store {
         }
     }
 
+    /// The approvals waiting for a decision now (a shared store's: the oldest
+    /// [`SCAN_LIMIT`](super::backlog::SCAN_LIMIT)).
+    pub async fn backlog(&self) -> Result<super::backlog::Backlog, String> {
+        match self {
+            Store::Memory(store) => Ok(store.backlog(now_ms())),
+            Store::Shared(shared) => shared
+                .backlog(super::backlog::SCAN_LIMIT)
+                .await
+                .map_err(|e| e.0),
+        }
+    }
+
     /// One page of approvals, newest first, without their arguments.
     pub async fn page(&self, query: &Query) -> Result<Page, String> {
         match self {

@@ -292,3 +292,63 @@ fn policy_records_chain_like_calls() {
     let summary = verify(&text(&[first, second]), None).unwrap();
     assert_eq!((summary.policies, summary.calls), (1, 1));
 }
+
+/// `audit verify`'s counts add up: approval records (and kinds a newer writer adds) are
+/// counted, not left out of every total but `records`.
+#[test]
+fn the_counts_by_kind_add_up_to_the_records() {
+    use super::record::ApprovalEvent;
+    let approval = |event| {
+        Record::Approval(ApprovalEvent {
+            ts: now(),
+            event,
+            approval_id: "ap-1".into(),
+            tool: "refund".into(),
+            agent: "ops-bot".into(),
+            session: None,
+            approver: None,
+            reason: None,
+            trace_id: None,
+        })
+    };
+    let published = Record::Policy(Published {
+        ts: now(),
+        policy_version: 1,
+        digest: "ff".into(),
+    });
+    let records = [
+        published,
+        approval("requested"),
+        Record::Call(Box::new(mk_entry(3))),
+        approval("approved"),
+        approval("used"),
+    ];
+    let mut lines = Vec::new();
+    let mut prev = GENESIS.to_string();
+    for (i, record) in records.iter().enumerate() {
+        let (line, hash) = chain(record, i as u64 + 1, &prev, None);
+        lines.push(line);
+        prev = hash;
+    }
+    // A kind from a newer writer, sealed like the rest.
+    let body = format!("{{\"seq\":6,\"kind\":\"audit-rotated\",\"prev\":\"{prev}\"");
+    let hash = super::key::link_hash(None, &prev, &body);
+    lines.push(format!("{body},\"hash\":\"{hash}\"}}"));
+    let summary = verify(&text(&lines), None).unwrap();
+    assert_eq!(
+        (
+            summary.calls,
+            summary.policies,
+            summary.approvals,
+            summary.other
+        ),
+        (1, 1, 3, 1)
+    );
+    let kinds =
+        summary.calls + summary.starts + summary.policies + summary.approvals + summary.other;
+    assert_eq!(kinds, summary.records);
+    assert_eq!(
+        summary.by_kind(),
+        "1 decisions, 0 starts, 1 policy versions, 3 approval records, 1 of other kinds"
+    );
+}

@@ -34,7 +34,7 @@ pub struct Broken {
     pub reason: String,
 }
 
-/// What an intact log holds.
+/// What an intact log holds. The counts by kind add up to `records`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
     /// Every record, of every kind.
@@ -43,8 +43,26 @@ pub struct Summary {
     pub calls: u64,
     pub starts: u64,
     pub policies: u64,
+    /// Approval transitions (`kind: approval`: requested, approved, denied, expired, used).
+    pub approvals: u64,
+    /// Records of a kind this version doesn't know (written by a newer one).
+    pub other: u64,
     /// The last record's `seq` (0 for an empty log).
     pub last_seq: u64,
+}
+
+impl Summary {
+    /// The records by kind, as `audit verify` prints them: every record in one count.
+    pub fn by_kind(&self) -> String {
+        let mut text = format!(
+            "{} decisions, {} starts, {} policy versions, {} approval records",
+            self.calls, self.starts, self.policies, self.approvals
+        );
+        if self.other > 0 {
+            text.push_str(&format!(", {} of other kinds", self.other));
+        }
+        text
+    }
 }
 
 #[derive(Deserialize)]
@@ -132,7 +150,8 @@ impl<'k> Verifier<'k> {
             None | Some("call") => self.summary.calls += 1,
             Some("start") => self.summary.starts += 1,
             Some("policy") => self.summary.policies += 1,
-            Some(_) => {}
+            Some("approval") => self.summary.approvals += 1,
+            Some(_) => self.summary.other += 1,
         }
         self.prev = Some((links.seq, links.hash));
         Ok(())

@@ -61,12 +61,27 @@ struct State {
     last_seq: AtomicU64,
     /// Why the sink is not writable, for `/readyz`.
     failure: Mutex<Option<String>>,
+    /// `toolgate_audit_writable`: follows `writable`.
+    gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl State {
+    fn new(metrics: &Metrics) -> State {
+        State {
+            gauge: metrics.audit_writable.clone(),
+            ..State::default()
+        }
+    }
+
     fn failed(&self, why: String) {
         *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-        self.writable.store(false, Ordering::Relaxed);
+        self.set_writable(false);
+    }
+
+    /// Sets `writable` (and its gauge); whether it was writable before.
+    fn set_writable(&self, writable: bool) -> bool {
+        self.gauge.set(i64::from(writable));
+        self.writable.swap(writable, Ordering::Relaxed)
     }
 }
 
@@ -87,9 +102,9 @@ impl AuditLog {
         metrics: Arc<Metrics>,
     ) -> Result<AuditLog, KeyError> {
         let fail_closed = settings.on_failure == OnFailure::FailClosed;
-        let state = Arc::new(State::default());
+        let state = Arc::new(State::new(&metrics));
         if settings.path == "off" {
-            state.writable.store(true, Ordering::Relaxed);
+            state.set_writable(true);
             return Ok(AuditLog {
                 tx: None,
                 state,
@@ -488,7 +503,7 @@ impl Writer {
                         state.last_seq.store(seq, Ordering::Relaxed);
                         // Only a record taken makes the log writable: opening a sink
                         // proves nothing (/dev/full opens fine).
-                        if !state.writable.swap(true, Ordering::Relaxed) {
+                        if !state.set_writable(true) {
                             *state.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
                             if failing {
                                 tracing::info!("audit log writable again");

@@ -88,11 +88,18 @@ const KEYS: &[(&str, Kind)] = &[
 /// Variables that start with `TOOLGATE_` but are not settings keys.
 const NOT_KEYS: &[&str] = &[
     "TOOLGATE_LOG",
+    "TOOLGATE_LOG_FORMAT",
     "TOOLGATE_CONFIG",
     // Read by `toolgate approvals`, never by the sidecar.
     "TOOLGATE_ADMIN_URL",
     "TOOLGATE_APPROVER_TOKEN_FILE",
 ];
+
+/// Every settings path that has a variable.
+#[cfg(test)]
+pub(super) fn keys() -> impl Iterator<Item = &'static str> {
+    KEYS.iter().map(|(path, _)| *path)
+}
 
 /// The variable name of a settings path.
 pub fn var_name(path: &str) -> String {
@@ -120,8 +127,10 @@ pub fn prefixed_name(prefix: &str, path: &str) -> String {
 /// `toolgate`, and the sidecar must still start there. A bad *value* is an error.
 ///
 /// Before them, the standard `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` set
-/// `telemetry.sampler` / `samplerRatio` where the file doesn't: so the order is
-/// `TOOLGATE_*`, then the file, then `OTEL_*`, then the default.
+/// `telemetry.sampler` / `samplerRatio`, and `OTEL_EXPORTER_OTLP_ENDPOINT` (with
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`) `telemetry.otlpEndpoint` (and `otlpProtocol`), where the
+/// file doesn't: so the order is `TOOLGATE_*`, then the file, then `OTEL_*`, then the
+/// default.
 pub fn apply(
     tree: &mut Value,
     vars: impl IntoIterator<Item = (String, String)>,
@@ -158,6 +167,7 @@ fn apply_otel(tree: &mut Value, vars: &[(String, String)]) {
             tracing::warn!(value = %sampler, "ignoring OTEL_TRACES_SAMPLER: not a sampler toolgate runs");
         }
     }
+    apply_otel_endpoint(tree, vars);
     if let Some(arg) = var("OTEL_TRACES_SAMPLER_ARG").filter(|_| unset(tree, "samplerRatio")) {
         match arg.parse::<f64>() {
             Ok(ratio) if (0.0..=1.0).contains(&ratio) => {
@@ -166,6 +176,43 @@ fn apply_otel(tree: &mut Value, vars: &[(String, String)]) {
             _ => {
                 tracing::warn!(value = %arg, "ignoring OTEL_TRACES_SAMPLER_ARG: not a ratio between 0 and 1")
             }
+        }
+    }
+}
+
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`, where the file names no endpoint, and with it
+/// `OTEL_EXPORTER_OTLP_PROTOCOL` where the file names no protocol. The protocol is only
+/// taken with the endpoint: a pod's `OTEL_*` protocol (set for the app beside it, say)
+/// must not turn the file's gRPC endpoint into an HTTP one.
+fn apply_otel_endpoint(tree: &mut Value, vars: &[(String, String)]) {
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let unset = |tree: &Value, key: &str| tree.pointer(&format!("/telemetry/{key}")).is_none();
+    // The variable wins later anyway; its protocol must not come from the OTEL pair.
+    let named = var(&var_name("telemetry.otlpEndpoint")).is_some();
+    let Some(endpoint) =
+        var("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|_| !named && unset(tree, "otlpEndpoint"))
+    else {
+        return;
+    };
+    let _ = set(tree, "telemetry.otlpEndpoint", Value::String(endpoint));
+    let Some(protocol) = var("OTEL_EXPORTER_OTLP_PROTOCOL").filter(|_| unset(tree, "otlpProtocol"))
+    else {
+        return;
+    };
+    match protocol.to_ascii_lowercase().as_str() {
+        "grpc" => {
+            let _ = set(tree, "telemetry.otlpProtocol", Value::from("grpc"));
+        }
+        "http/protobuf" => {
+            let _ = set(tree, "telemetry.otlpProtocol", Value::from("http"));
+        }
+        _ => {
+            tracing::warn!(value = %protocol, "ignoring OTEL_EXPORTER_OTLP_PROTOCOL: toolgate sends grpc or http/protobuf")
         }
     }
 }
@@ -301,6 +348,61 @@ mod tests {
         let err =
             Settings::parse("t", "", vars(&[("TOOLGATE_LIMITS_MAX_HEADERS", "many")])).unwrap_err();
         assert!(err.to_string().contains("TOOLGATE_LIMITS_MAX_HEADERS"));
+    }
+
+    /// One order for the collector, as for the sampler: `TOOLGATE_*`, then the file, then
+    /// the standard `OTEL_EXPORTER_OTLP_*` pair, then none.
+    #[test]
+    fn the_otlp_endpoint_has_one_precedence() {
+        let otel = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ];
+        let telemetry = |file: &str, extra: &[(&str, &str)]| {
+            let mut all = otel.to_vec();
+            all.extend_from_slice(extra);
+            Settings::parse("t", file, vars(&all)).unwrap().telemetry
+        };
+        let from_otel = telemetry("", &[]);
+        assert_eq!(from_otel.otlp_endpoint.as_deref(), Some("http://otel:4318"));
+        assert_eq!(from_otel.otlp_protocol, super::super::OtlpProtocol::Http);
+        // The file's endpoint wins, and keeps its own (default) protocol.
+        let from_file = telemetry("telemetry: {otlpEndpoint: 'http://file:4317'}", &[]);
+        assert_eq!(from_file.otlp_endpoint.as_deref(), Some("http://file:4317"));
+        assert_eq!(from_file.otlp_protocol, super::super::OtlpProtocol::Grpc);
+        // TOOLGATE_* wins over both.
+        let from_var = telemetry(
+            "telemetry: {otlpEndpoint: 'http://file:4317'}",
+            &[("TOOLGATE_TELEMETRY_OTLP_ENDPOINT", "http://var:4317")],
+        );
+        assert_eq!(from_var.otlp_endpoint.as_deref(), Some("http://var:4317"));
+        let var_alone = telemetry(
+            "",
+            &[("TOOLGATE_TELEMETRY_OTLP_ENDPOINT", "http://var:4317")],
+        );
+        assert_eq!(var_alone.otlp_endpoint.as_deref(), Some("http://var:4317"));
+        assert_eq!(var_alone.otlp_protocol, super::super::OtlpProtocol::Grpc);
+        // An unknown protocol is ignored (logged), an empty endpoint is no endpoint.
+        let odd = Settings::parse(
+            "t",
+            "",
+            vars(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4317"),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ]),
+        )
+        .unwrap()
+        .telemetry;
+        assert_eq!(odd.otlp_protocol, super::super::OtlpProtocol::Grpc);
+        let empty = Settings::parse("t", "", vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]));
+        assert_eq!(empty.unwrap().telemetry.otlp_endpoint, None);
+        assert_eq!(
+            Settings::parse("t", "", vars(&[]))
+                .unwrap()
+                .telemetry
+                .otlp_endpoint,
+            None
+        );
     }
 
     /// Every leaf of a fully populated settings tree has a variable.

@@ -7,6 +7,7 @@
 pub mod env;
 pub mod file;
 pub mod jwks;
+pub mod paths;
 pub mod sources;
 
 pub use jwks::{Jwks, KeySource};
@@ -577,21 +578,46 @@ pub enum SettingsError {
 }
 
 impl Settings {
-    /// Reads `file` (when given) and applies the `TOOLGATE_*` variables of `vars`.
+    /// Reads `file` (when given) and applies the `TOOLGATE_*` variables of `vars`. The
+    /// file's relative paths are relative to its folder ([`paths`]).
     pub fn load(
         file: Option<&Path>,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, SettingsError> {
         let (origin, text) = file::read(file)?;
-        Settings::parse(&origin, &text, vars)
+        // Absolute, so `/config` and the logs show where each file really is.
+        let folder = file.map(|f| {
+            let folder = match f.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf())
+        });
+        Settings::parse_in(&origin, &text, folder.as_deref(), vars)
     }
 
+    /// A settings document whose relative paths are the working directory's.
     pub fn parse(
         origin: &str,
         text: &str,
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Settings, SettingsError> {
-        let settings: Settings = file::parse(origin, text, vars, env::apply)?;
+        Settings::parse_in(origin, text, None, vars)
+    }
+
+    /// A settings document whose relative paths are relative to `folder` (when given).
+    pub fn parse_in(
+        origin: &str,
+        text: &str,
+        folder: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, SettingsError> {
+        let settings: Settings = file::parse(origin, text, vars, |tree, vars| {
+            if let Some(folder) = folder {
+                paths::resolve(tree, folder, paths::PATHS);
+            }
+            env::apply(tree, vars)
+        })?;
         settings.limits.check(origin)?;
         settings.identity.check(origin)?;
         jwks::check(&settings, origin)?;

@@ -192,10 +192,17 @@ impl Control {
         };
         if rejected {
             self.report();
-            tracing::warn!(
-                source,
-                "policy change rejected; the last good snapshot keeps serving"
-            );
+            match self.current.load().as_ref() {
+                Some(serving) => tracing::warn!(
+                    source,
+                    version = serving.version,
+                    "policy change rejected; the last good snapshot keeps serving"
+                ),
+                None => tracing::warn!(
+                    source,
+                    "policy rejected and none has loaded yet: every call is refused (NOT_READY) until a valid policy loads"
+                ),
+            }
             return errors;
         }
         if ready {

@@ -71,7 +71,12 @@ fn check_log(text: &[u8], key: Option<&AuditKey>, expect: Option<u64>) {
             assert!(text.is_empty() || text.ends_with(b"\n"));
             assert_eq!(summary.last_seq, summary.records);
             assert!(summary.records <= lines as u64);
-            assert!(summary.calls + summary.starts + summary.policies <= summary.records);
+            let kinds = summary.calls
+                + summary.starts
+                + summary.policies
+                + summary.approvals
+                + summary.other;
+            assert_eq!(kinds, summary.records);
             assert!(expect.is_none_or(|e| e <= summary.last_seq));
         }
         Err(broken) => {

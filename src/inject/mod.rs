@@ -18,6 +18,7 @@
 pub mod borrow;
 pub mod patch;
 pub mod review;
+pub mod scrape;
 pub mod server;
 pub mod settings;
 pub mod sidecar;

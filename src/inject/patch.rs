@@ -108,6 +108,9 @@ fn plan(pod: &Pod, spec: &PodSpec, settings: &SidecarSettings) -> Result<Patch, 
         &["metadata", "annotations", INJECTED_ANNOTATION],
         Value::String(settings.image.clone()),
     ));
+    if settings.scrape_annotations {
+        ops.extend(super::scrape::annotations(pod));
+    }
     Ok(Patch(ops))
 }
 

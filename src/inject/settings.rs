@@ -57,6 +57,9 @@ pub struct SidecarSettings {
     /// cluster call with a projected ServiceAccount token for one of `audiences`. On by
     /// default, so an injected sidecar has an identity source with nothing to mount.
     pub workload_identity: WorkloadIdentity,
+    /// Add the `prometheus.io/*` scrape annotations for the admin port to injected pods
+    /// (`inject::scrape`).
+    pub scrape_annotations: bool,
 }
 
 /// `sidecar.workloadIdentity`: the sidecar's `identity.kubernetes`.
@@ -130,6 +133,7 @@ impl Default for SidecarSettings {
             redis_password_secret: None,
             env: BTreeMap::new(),
             workload_identity: WorkloadIdentity::default(),
+            scrape_annotations: false,
         }
     }
 }
@@ -170,6 +174,7 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.env", Kind::Yaml),
     ("sidecar.workloadIdentity.enabled", Kind::Bool),
     ("sidecar.workloadIdentity.audiences", Kind::List),
+    ("sidecar.scrapeAnnotations", Kind::Bool),
 ];
 
 pub const ENV_PREFIX: &str = "TOOLGATE_INJECT";

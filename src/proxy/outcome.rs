@@ -76,6 +76,8 @@ pub struct Outcome {
     /// An answer naming no agent past its address's allowance (`proxy::anonymous`):
     /// counted, but no audit record or exported span of its own.
     suppressed: bool,
+    /// A request that is not a tool call was let through ([`passed`](Self::passed)).
+    passed: bool,
 }
 
 /// `toolgate.state` and the audit record's `state` when limits failed open.
@@ -116,6 +118,7 @@ impl Outcome {
             inputs: None,
             measured: true,
             suppressed: false,
+            passed: false,
         }
     }
 
@@ -257,6 +260,16 @@ impl Outcome {
     /// a batch's own record).
     pub fn passed(&mut self) {
         self.decision = Decision::Allow;
+        self.passed = true;
+    }
+
+    /// Whether `toolgate_calls_total` counts this request: a tool call (REST, or an MCP
+    /// `tools/call`), or a request refused before it could say what it was (no
+    /// credential, unreadable). MCP's other messages, its streams and a batch's own POST
+    /// are counted by method in the conventions' histograms instead, so
+    /// `tool="-"` only ever means a call that named no known tool.
+    fn is_tool_call(&self) -> bool {
+        !self.passed && self.mcp_method.as_deref().is_none_or(|m| m == "tools/call")
     }
 
     /// The backend answered with this HTTP status.
@@ -318,6 +331,7 @@ impl Outcome {
         copy.args_digest = self.args_digest.clone();
         copy.captured_args = self.captured_args.clone();
         copy.decision = self.decision;
+        copy.passed = self.passed;
         copy.code = self.code;
         copy.rule = self.rule.clone();
         copy.policy_version = self.policy_version;
@@ -493,13 +507,14 @@ impl Outcome {
     pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
         self.close_at(metrics, elapsed);
-        let tool = self.tool.as_deref().unwrap_or("-");
-        metrics.record_call(
-            tool,
-            self.decision.as_str(),
-            self.code.map(Code::as_str).unwrap_or(metrics::OK),
-            elapsed,
-        );
+        if self.is_tool_call() {
+            metrics.record_call(
+                self.tool.as_deref().unwrap_or("-"),
+                self.decision.as_str(),
+                self.code.map(Code::as_str).unwrap_or(metrics::OK),
+                elapsed,
+            );
+        }
         let Some(privacy) = self.privacy.as_ref().filter(|_| !self.suppressed) else {
             return;
         };

@@ -13,6 +13,10 @@
 //! - An [`Unavailable`] says what went wrong and which setting to check, never where
 //!   Redis is: its text may reach an agent in a `STATE_UNAVAILABLE` refusal, and an
 //!   agent has no business learning internal hosts. The address is in the log line.
+//! - `toolgate_state_up` is 0 from the start until Redis answers, and follows every round
+//!   trip after. A probe (`PING`, every [`PROBE_EVERY`]) keeps it true on an idle
+//!   sidecar, so an alert on it fires for an outage with no call to notice it, and
+//!   never for a quiet pod whose Redis is fine.
 
 use arc_swap::ArcSwapOption;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -49,16 +53,22 @@ pub enum Op {
     Owner,
     /// Human approvals: requested, taken, decided, listed.
     Approval,
+    /// The link's own `PING`, while no call asks anything.
+    Probe,
 }
 
+/// How often the link pings Redis, whatever the traffic.
+pub const PROBE_EVERY: Duration = Duration::from_secs(5);
+
 impl Op {
-    pub const ALL: [Op; 6] = [
+    pub const ALL: [Op; 7] = [
         Op::Admit,
         Op::Session,
         Op::Settle,
         Op::Follow,
         Op::Owner,
         Op::Approval,
+        Op::Probe,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +79,7 @@ impl Op {
             Op::Follow => "follow",
             Op::Owner => "owner",
             Op::Approval => "approval",
+            Op::Probe => "probe",
         }
     }
 }
@@ -192,6 +203,7 @@ impl Link {
                 .map_err(|e| anyhow::anyhow!("state.redis: {e}"))?;
             link.conn.store(Some(Arc::new(Conn::Single(manager))));
         }
+        tokio::spawn(probe(Arc::downgrade(&link)));
         Ok(link)
     }
 
@@ -261,6 +273,23 @@ impl Link {
             self.metrics.state_up.set(1);
             tracing::info!(target = %self.target, "shared state (Redis) available");
         }
+    }
+}
+
+/// Pings Redis every [`PROBE_EVERY`] until the link is dropped: the round trip sets
+/// `toolgate_state_up` (and logs an outage or a recovery) as a call's would.
+async fn probe(link: std::sync::Weak<Link>) {
+    loop {
+        let Some(strong) = link.upgrade() else {
+            return;
+        };
+        let _ = strong
+            .call(Op::Probe, |mut conn| async move {
+                redis::cmd("PING").query_async::<String>(&mut conn).await
+            })
+            .await;
+        drop(strong);
+        tokio::time::sleep(PROBE_EVERY).await;
     }
 }
 

@@ -11,8 +11,11 @@
 //!   allocations (4,096 of those were 13-27 MB of RSS under load). The queue is one
 //!   buffer behind a mutex that the worker swaps for a fresh one sized to the last
 //!   export, so an idle sidecar keeps almost nothing; the admission count is the bound.
-//! - Spans whose export fails, or that shutdown's timeout cuts off, are logged at debug
-//!   level and not counted as dropped: the counter measures the queue, not the collector.
+//! - Spans whose export fails (after the sender's retries) are lost: they count in
+//!   `toolgate_spans_dropped_total` with those the queue refused, and the failed request
+//!   in `toolgate_telemetry_export_failures_total{signal="traces"}`, logged at `warn`
+//!   at most every 30 s ([`super::export_failure`]). Spans that shutdown's timeout cuts
+//!   off are not counted: the process is ending.
 //! - A call never wakes the worker for its span: the worker sleeps on a control channel
 //!   and wakes on a timer ([`DELAY`]), when a batch's worth of spans is waiting, or when
 //!   asked to flush or shut down.
@@ -28,6 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::export_failure::ExportFailures;
 use super::otlp_encode::{self, Envelope, Scope};
 use super::otlp_send::Sender;
 use crate::telemetry::metrics::Metrics;
@@ -114,6 +118,8 @@ impl Batcher {
         let queue = Arc::new(Queue::default());
         let worker = Worker {
             transport,
+            failures: ExportFailures::new("traces", metrics.clone()),
+            metrics: metrics.clone(),
             queue: queue.clone(),
             envelope: Envelope::default(),
             last_spans: 0,
@@ -234,6 +240,9 @@ impl SpanProcessor for Batcher {
 /// The thread that owns the transport.
 struct Worker<T> {
     transport: T,
+    /// Counts and logs failed exports; `metrics` counts their spans as dropped.
+    failures: ExportFailures,
+    metrics: Arc<Metrics>,
     queue: Arc<Queue>,
     envelope: Envelope,
     /// How many spans, and bytes, the last export took: the size of the next buffer.
@@ -305,9 +314,13 @@ impl<T: Transport> Worker<T> {
             let sent = catch_unwind(AssertUnwindSafe(|| self.transport.send(request)))
                 .unwrap_or_else(|_| Err("the exporter panicked".into()));
             self.queue.queued.fetch_sub(n, Ordering::AcqRel);
-            if let Err(e) = sent {
-                tracing::debug!(error = %e, spans = n, "span export failed");
-                result = Err(OTelSdkError::InternalFailure(e));
+            match sent {
+                Ok(()) => self.failures.succeeded(),
+                Err(e) => {
+                    self.metrics.spans_dropped.inc_by(n as u64);
+                    self.failures.failed(&e, n as u64);
+                    result = Err(OTelSdkError::InternalFailure(e));
+                }
             }
         }
         result
@@ -481,6 +494,13 @@ mod tests {
         batcher.force_flush().unwrap();
         assert_eq!(collector.names(), ["kept"]);
         assert_eq!(batcher.queue.queued.load(Ordering::SeqCst), 0);
+        // The lost span is dropped, and its failed export counted.
+        assert_eq!(dropped(&batcher.metrics), 1);
+        let text = batcher.metrics.encode();
+        assert!(
+            text.contains("toolgate_telemetry_export_failures_total{signal=\"traces\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

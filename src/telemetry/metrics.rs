@@ -11,6 +11,11 @@
 //!
 //! `toolgate_runtime_alive_tasks` is read from the Tokio runtime when `/metrics` is
 //! scraped, so it costs calls nothing; a soak run watches it for leaked tasks.
+//!
+//! The health gauges mean what an alert on `== 0` needs them to mean: `toolgate_state_up`
+//! is 1 with the memory backend (it can't be lost), `toolgate_audit_writable` is 1 with
+//! `audit.path: off`, and the age of the oldest pending approval is computed at scrape
+//! time, so it grows while nobody decides.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -19,8 +24,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::convention_metrics::{self, ConventionMetrics, ErrorType, Sent, Served};
 
@@ -57,6 +63,12 @@ pub struct CloseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ToolLabels {
     pub tool: String,
+}
+
+/// An OpenTelemetry signal an export carries: `traces` or `metrics`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabels {
+    pub signal: &'static str,
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -110,7 +122,12 @@ pub struct Metrics {
     pub policy_reload_errors: Counter,
     pub audit_records: Counter,
     pub spans_dropped: Counter,
-    /// 1 while the shared state (`state.backend: redis`) answers; unset with `memory`.
+    /// OTLP export requests that failed (after their retries), by signal.
+    pub telemetry_export_failures: Family<SignalLabels, Counter>,
+    /// 1 while the audit sink takes records (always with `audit.path: off`).
+    pub audit_writable: Gauge,
+    /// 1 while the shared state answers: with `state.backend: redis`, whether its last
+    /// round trip (a call's or the link's probe) got an answer; with `memory`, always.
     pub state_up: Gauge,
     pub state_errors: Family<StateLabels, Counter>,
     pub state_duration: Histograms<StateLabels>,
@@ -120,6 +137,12 @@ pub struct Metrics {
     pub connections_closed: Family<CloseLabels, Counter>,
     /// Fetches of issuers' keys by issuer and result (`identity::remote`).
     pub jwks_refreshes: crate::identity::remote::Refreshes,
+    /// Approvals waiting for a person, as the store last counted them.
+    pub approvals_pending: Gauge,
+    /// When the oldest of them was requested (ms since the epoch; 0: none waits).
+    /// `encode` turns it into an age.
+    pub approvals_oldest_pending_ms: AtomicU64,
+    approvals_oldest_pending_age: Gauge<f64, AtomicU64>,
     /// Set from the runtime by `encode`, never by a call.
     runtime_alive_tasks: Gauge,
     /// The semantic conventions' duration histograms.
@@ -146,8 +169,14 @@ impl Metrics {
         let audit_records = Counter::default();
         let spans_dropped = Counter::default();
         let runtime_alive_tasks = Gauge::default();
+        let telemetry_export_failures = Family::<SignalLabels, Counter>::default();
+        let audit_writable = Gauge::default();
+        // Nothing to lose with the memory backend; the Redis link sets 0 until it answers.
         let state_up = Gauge::default();
+        state_up.set(1);
         let approvals = Family::<ApprovalLabels, Counter>::default();
+        let approvals_pending = Gauge::default();
+        let approvals_oldest_pending_age = Gauge::<f64, AtomicU64>::default();
         let state_errors = Family::<StateLabels, Counter>::default();
         let connections_closed = Family::<CloseLabels, Counter>::default();
         let state_duration: Histograms<StateLabels> =
@@ -190,8 +219,18 @@ impl Metrics {
         );
         registry.register(
             "toolgate_spans_dropped",
-            "Spans dropped because the export queue was full",
+            "Spans dropped: the export queue was full, or their export failed",
             spans_dropped.clone(),
+        );
+        registry.register(
+            "toolgate_telemetry_export_failures",
+            "OTLP export requests that failed after their retries, by signal (traces, metrics)",
+            telemetry_export_failures.clone(),
+        );
+        registry.register(
+            "toolgate_audit_writable",
+            "1 while the audit sink takes records, 0 before the first one and after a failed write until one succeeds",
+            audit_writable.clone(),
         );
         registry.register(
             "toolgate_runtime_alive_tasks",
@@ -200,7 +239,7 @@ impl Metrics {
         );
         registry.register(
             "toolgate_state_up",
-            "1 while the shared state (state.backend: redis) answers, 0 while it doesn't",
+            "1 while the shared state answers (always with state.backend: memory), 0 while Redis doesn't",
             state_up.clone(),
         );
         registry.register(
@@ -229,6 +268,16 @@ impl Metrics {
             "Fetches of an issuer's keys (JWKS URL, discovery, Kubernetes API server), by issuer and result: ok or error",
             jwks_refreshes.clone(),
         );
+        registry.register(
+            "toolgate_approvals_pending",
+            "Approvals waiting for a person's decision (with state.backend: redis, the whole Deployment's)",
+            approvals_pending.clone(),
+        );
+        registry.register(
+            "toolgate_approvals_oldest_pending_age_seconds",
+            "How long the oldest pending approval has waited, 0 when none waits",
+            approvals_oldest_pending_age.clone(),
+        );
         let conventions = ConventionMetrics::register(&mut registry);
         Metrics {
             jwks_refreshes,
@@ -243,11 +292,16 @@ impl Metrics {
             policy_reload_errors,
             audit_records,
             spans_dropped,
+            telemetry_export_failures,
+            audit_writable,
             state_up,
             state_errors,
             state_duration,
             approvals,
             connections_closed,
+            approvals_pending,
+            approvals_oldest_pending_ms: AtomicU64::new(0),
+            approvals_oldest_pending_age,
             runtime_alive_tasks,
         }
     }
@@ -365,6 +419,13 @@ impl Metrics {
         f(tools.entry(tool.into()).or_insert(series));
     }
 
+    /// A failed OTLP export of `signal` (`traces`, `metrics`).
+    pub fn export_failed(&self, signal: &'static str) {
+        self.telemetry_export_failures
+            .get_or_create(&SignalLabels { signal })
+            .inc();
+    }
+
     /// The Prometheus text exposition. Called from a Tokio runtime (the admin server),
     /// it first reads that runtime's alive tasks; elsewhere the gauge keeps its last value.
     pub fn encode(&self) -> String {
@@ -373,10 +434,24 @@ impl Metrics {
             self.runtime_alive_tasks
                 .set(i64::try_from(alive).unwrap_or(i64::MAX));
         }
+        self.approvals_oldest_pending_age
+            .set(self.oldest_pending_age(SystemTime::now()));
         let mut out = String::new();
         // Writing to a String can't fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Seconds the oldest pending approval has waited at `now`; 0 when none waits.
+    fn oldest_pending_age(&self, now: SystemTime) -> f64 {
+        let created = self.approvals_oldest_pending_ms.load(Ordering::Relaxed);
+        let now_ms = now
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match created {
+            0 => 0.0,
+            created => now_ms.saturating_sub(created) as f64 / 1000.0,
+        }
     }
 }
 
@@ -466,6 +541,30 @@ mod tests {
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }
+    }
+
+    /// An alert on `== 0` must not fire on a healthy sidecar: the memory backend's state
+    /// is up; an approval's wait is measured when scraped, so it grows between scrapes.
+    #[test]
+    fn health_gauges_mean_what_alerts_need() {
+        let m = Metrics::new();
+        m.export_failed("traces");
+        let text = m.encode();
+        for line in [
+            "toolgate_state_up 1",
+            "toolgate_audit_writable 0",
+            "toolgate_approvals_pending 0",
+            "toolgate_approvals_oldest_pending_age_seconds 0.0",
+            "toolgate_telemetry_export_failures_total{signal=\"traces\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        let now = SystemTime::now();
+        let requested = now - Duration::from_secs(90);
+        let ms = requested.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        m.approvals_oldest_pending_ms.store(ms, Ordering::Relaxed);
+        assert_eq!(m.oldest_pending_age(now), 90.0);
+        assert_eq!(m.oldest_pending_age(now + Duration::from_secs(30)), 120.0);
     }
 
     #[tokio::test]

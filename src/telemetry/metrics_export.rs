@@ -5,14 +5,24 @@
 //! records into the SDK's aggregation. The exporter's requests run on the sidecar's
 //! runtime (gRPC through tonic's channel, HTTP through [`RuntimeHttpClient`]); a push
 //! every few seconds is too little traffic to need the span exporter's own runtime.
+//!
+//! The exporter is wrapped ([`Counted`]) so a failed push counts in
+//! `toolgate_telemetry_export_failures_total{signal="metrics"}` and is logged at `warn`,
+//! rate-limited ([`super::export_failure`]); the SDK itself only reports it through its
+//! own internal log, which the sidecar doesn't build.
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::export::RuntimeHttpClient;
+use super::export_failure::ExportFailures;
 use super::metrics::Metrics;
 use crate::config::{MetricsExport, OtlpProtocol, Telemetry};
 
@@ -20,7 +30,10 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts pushing when `metricsExport` is `otlp` (inside the Tokio runtime); the provider
 /// is kept to flush at shutdown.
-pub fn start(settings: &Telemetry, metrics: &Metrics) -> Result<Option<SdkMeterProvider>, String> {
+pub fn start(
+    settings: &Telemetry,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<SdkMeterProvider>, String> {
     let (MetricsExport::Otlp, Some(endpoint)) = (settings.metrics_export, &settings.otlp_endpoint)
     else {
         return Ok(None);
@@ -48,6 +61,11 @@ pub fn start(settings: &Telemetry, metrics: &Metrics) -> Result<Option<SdkMeterP
         }
     }
     .map_err(|e| format!("telemetry.metricsExport: {e}"))?;
+    let exporter = Counted {
+        inner: exporter,
+        endpoint: endpoint.clone(),
+        failures: ExportFailures::new("metrics", metrics.clone()),
+    };
     let reader = PeriodicReader::builder(exporter)
         .with_interval(Duration::from_millis(settings.metrics_interval_ms))
         .build();
@@ -61,4 +79,42 @@ pub fn start(settings: &Telemetry, metrics: &Metrics) -> Result<Option<SdkMeterP
         .build();
     metrics.conventions.export_to(&provider.meter("toolgate"));
     Ok(Some(provider))
+}
+
+/// An exporter whose failed pushes are counted and logged.
+#[derive(Debug)]
+struct Counted<E> {
+    inner: E,
+    endpoint: String,
+    failures: ExportFailures,
+}
+
+impl<E: PushMetricExporter> PushMetricExporter for Counted<E> {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let result = self.inner.export(metrics).await;
+        match &result {
+            Ok(()) => self.failures.succeeded(),
+            Err(e) => {
+                let lost = metrics
+                    .scope_metrics()
+                    .map(|s| s.metrics().count())
+                    .sum::<usize>();
+                let error = format!("{}: {e}", self.endpoint);
+                self.failures.failed(&error, lost as u64);
+            }
+        }
+        result
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
 }

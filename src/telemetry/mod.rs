@@ -4,6 +4,8 @@ pub mod attributes;
 pub mod batch;
 pub mod convention_metrics;
 pub mod export;
+pub mod export_failure;
+pub mod logs;
 pub mod metrics;
 pub mod metrics_export;
 pub mod otlp_encode;

@@ -38,6 +38,8 @@ const RETRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_milli
 pub struct Sender {
     runtime: OwnRuntime,
     to: Collector,
+    /// Where requests go, for the operator's log.
+    endpoint: String,
 }
 
 #[derive(Debug, Clone)]
@@ -103,6 +105,7 @@ impl Sender {
             ));
         }
         let runtime = OwnRuntime::new()?;
+        let name = endpoint.uri().to_string();
         // The channel's worker task is spawned where it is made: on the exporter's runtime.
         let channel = {
             let _on = runtime.get().enter();
@@ -114,6 +117,7 @@ impl Sender {
                 grpc: tonic::client::Grpc::new(channel),
                 timeout,
             },
+            endpoint: name,
         })
     }
 
@@ -134,6 +138,7 @@ impl Sender {
             Box::new(RuntimeHttpClient::new(timeout))
         };
         Ok(Sender {
+            endpoint: url.to_string(),
             runtime,
             to: Collector::Http { client, url },
         })
@@ -141,7 +146,7 @@ impl Sender {
 
     /// Sends one request, retrying a transient failure; blocks the calling thread (the
     /// span worker) while the exporter's worker sends it. Must not be called from
-    /// inside a Tokio runtime.
+    /// inside a Tokio runtime. The error names the endpoint.
     pub fn send(&self, request: Vec<u8>) -> Result<(), String> {
         let request = Bytes::from(request);
         let mut waits = RETRIES.iter();
@@ -159,7 +164,7 @@ impl Sender {
                 Ok(()) => return Ok(()),
                 Err(failure) => match waits.next() {
                     Some(wait) if failure.transient => std::thread::sleep(*wait),
-                    _ => return Err(failure.message),
+                    _ => return Err(format!("{}: {}", self.endpoint, failure.message)),
                 },
             }
         }

@@ -266,3 +266,43 @@ pub fn kv(attributes: &[KeyValue], key: &str) -> Option<String> {
         }
     })
 }
+
+/// An OTLP/HTTP endpoint that answers every export with `status` (a collector that is up
+/// but refuses: overloaded, misconfigured, behind a proxy that says no), counting the
+/// requests it was sent by path.
+pub async fn refusing_http(
+    status: u16,
+) -> (
+    SocketAddr,
+    Arc<Mutex<std::collections::BTreeMap<String, u64>>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(std::collections::BTreeMap::new()));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: http::Request<hyper::body::Incoming>| {
+                        let count = count.clone();
+                        async move {
+                            let path = request.uri().path().to_string();
+                            let _ = request.into_body().collect().await;
+                            *count.lock().unwrap().entry(path).or_insert(0) += 1;
+                            let mut response =
+                                http::Response::new(Full::new(Bytes::from_static(b"no")));
+                            *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}

@@ -403,3 +403,4 @@ pub mod key_server; // JWKS by URL (issue 48)
 pub mod keys;
 pub mod raw; // hostile inputs (issue 19)
 pub mod redis; // shared state (issue 21)
+pub mod scrape; // the monitoring pack (issue 48)
