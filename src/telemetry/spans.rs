@@ -165,6 +165,18 @@ impl Tracing {
         headers: &mut HeaderMap,
     ) -> ClientSpan {
         let Some(exporting) = &self.exporting else {
+            // Nothing is exported, but the backend still learns the call's trace id, the
+            // `traceId` of its audit record, keeping the agent's sampling flag.
+            let flags = headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit('-').next())
+                .filter(|f| *f == "01")
+                .unwrap_or("00");
+            let traceparent = format!("00-{}-{}-{flags}", call.trace_id, sampling::new_span_id());
+            if let Ok(value) = HeaderValue::from_str(&traceparent) {
+                headers.insert("traceparent", value);
+            }
             return ClientSpan { cx: None };
         };
         let Exported::Sampled(cx) = &call.span else {
