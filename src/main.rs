@@ -354,16 +354,17 @@ async fn controller(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 }
 
 async fn demo(otlp_endpoint: Option<String>, serve: bool) -> anyhow::Result<ExitCode> {
+    let serve_otlp_endpoint = otlp_endpoint.clone();
     // Keep the table readable: only the sidecar's warnings and errors.
     init_logs("warn");
-    toolgate::demo::run(&mut std::io::stdout(), otlp_endpoint.clone()).await?;
+    toolgate::demo::run(&mut std::io::stdout(), otlp_endpoint).await?;
     if serve {
         let until = async {
             if let Err(e) = shutdown_signal().await {
                 tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");
             }
         };
-        toolgate::demo::serve(&mut std::io::stdout(), otlp_endpoint, until).await?;
+        toolgate::demo::serve(&mut std::io::stdout(), serve_otlp_endpoint, until).await?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -51,13 +51,6 @@ pub struct SidecarSettings {
     /// the password, if any, is in the URL. Only worth setting with `state.backend: redis`
     /// in `env`, which the chart does together.
     pub redis_password_secret: Option<String>,
-    /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
-    /// top of what the injector sets per pod.
-    pub env: BTreeMap<String, String>,
-    /// Workload identity for every sidecar (its `identity.kubernetes`): agents in the
-    /// cluster call with a projected ServiceAccount token for one of `audiences`. On by
-    /// default, so an injected sidecar has an identity source with nothing to mount.
-    pub workload_identity: WorkloadIdentity,
     /// Agent credentials from files: a Secret of token digests, and JWT and task issuers
     /// whose keys may come from ConfigMaps (`inject::files`).
     pub identity: IdentityFiles,
@@ -67,6 +60,13 @@ pub struct SidecarSettings {
     /// A volume (an `emptyDir` or a PersistentVolumeClaim) the audit log is written to,
     /// one file per pod; unset, the audit log goes to stdout.
     pub audit_volume: Option<AuditVolume>,
+    /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
+    /// top of what the injector sets per pod.
+    pub env: BTreeMap<String, String>,
+    /// Workload identity for every sidecar (its `identity.kubernetes`): agents in the
+    /// cluster call with a projected ServiceAccount token for one of `audiences`. On by
+    /// default, so an injected sidecar has an identity source with nothing to mount.
+    pub workload_identity: WorkloadIdentity,
 }
 
 /// `sidecar.workloadIdentity`: the sidecar's `identity.kubernetes`.
@@ -138,11 +138,11 @@ impl Default for SidecarSettings {
             policies_config_map: None,
             audit_key_secret: None,
             redis_password_secret: None,
-            env: BTreeMap::new(),
-            workload_identity: WorkloadIdentity::default(),
             identity: IdentityFiles::default(),
             approvers: ApproverFiles::default(),
             audit_volume: None,
+            env: BTreeMap::new(),
+            workload_identity: WorkloadIdentity::default(),
         }
     }
 }
@@ -180,15 +180,15 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.policiesConfigMap", Kind::Str),
     ("sidecar.auditKeySecret", Kind::Str),
     ("sidecar.redisPasswordSecret", Kind::Str),
-    ("sidecar.env", Kind::Yaml),
-    ("sidecar.workloadIdentity.enabled", Kind::Bool),
-    ("sidecar.workloadIdentity.audiences", Kind::List),
     ("sidecar.identity.tokensSecret", Kind::Str),
     ("sidecar.identity.jwt", Kind::Yaml),
     ("sidecar.identity.taskIssuers", Kind::Yaml),
     ("sidecar.approvers.tokensSecret", Kind::Str),
     ("sidecar.approvers.jwt", Kind::Yaml),
     ("sidecar.auditVolume", Kind::Yaml),
+    ("sidecar.env", Kind::Yaml),
+    ("sidecar.workloadIdentity.enabled", Kind::Bool),
+    ("sidecar.workloadIdentity.audiences", Kind::List),
 ];
 
 pub const ENV_PREFIX: &str = "TOOLGATE_INJECT";
