@@ -1311,6 +1311,49 @@ sidecar:
     assert_eq!(names, ["toolgate-podinfo", "toolgate-token"]);
 }
 
+/// A variable the chart sets from a value may not also be set in `sidecar.env`: the
+/// injector would refuse it at start, so the chart refuses it before anything rolls.
+#[test]
+fn sidecar_env_may_not_set_what_a_value_mounts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (values, variable, value) in [
+        (
+            "sidecar: {identity: {tokensSecret: agent-tokens}, env: {TOOLGATE_IDENTITY_TOKENS: /etc/tokens.yaml}}",
+            "TOOLGATE_IDENTITY_TOKENS",
+            "sidecar.identity.tokensSecret",
+        ),
+        (
+            "sidecar: {audit: {volume: {emptyDir: {}}}, env: {TOOLGATE_AUDIT_PATH: /tmp/audit.log}}",
+            "TOOLGATE_AUDIT_PATH",
+            "sidecar.audit.volume",
+        ),
+        (
+            "sidecar: {auditKeySecret: k, env: {TOOLGATE_AUDIT_KEY_FILE: /k}}",
+            "TOOLGATE_AUDIT_KEY_FILE",
+            "sidecar.auditKeySecret",
+        ),
+        (
+            "sidecar: {approvals: {approvers: {jwt: [{issuer: a, audience: b, discovery: true}]}}, env: {TOOLGATE_APPROVALS_APPROVERS_JWT: '[]'}}",
+            "TOOLGATE_APPROVALS_APPROVERS_JWT",
+            "sidecar.approvals.approvers.jwt",
+        ),
+    ] {
+        let file = values_file(dir.path(), "clash.yaml", values);
+        let error = template(Some(&file)).expect_err(values);
+        assert!(
+            error.contains(&format!("sidecar.env.{variable}")) && error.contains(value),
+            "{values}: {error}"
+        );
+    }
+    // Without the value, the variable is the user's.
+    let file = values_file(
+        dir.path(),
+        "free.yaml",
+        "sidecar: {env: {TOOLGATE_AUDIT_ON_FAILURE: fail_open}}",
+    );
+    assert!(template(Some(&file)).is_ok());
+}
+
 /// Pods don't start without the Secrets and ConfigMaps the values name, so the notes say
 /// how to create each.
 #[test]
