@@ -38,6 +38,10 @@ enum Command {
         /// Also export the tour's spans to this OTLP/gRPC endpoint (e.g. a local Jaeger).
         #[arg(long)]
         otlp_endpoint: Option<String>,
+        /// After the tour, keep the example backend and a sidecar up for calls by hand
+        /// (curl examples printed) until Ctrl-C.
+        #[arg(long)]
+        serve: bool,
     },
     /// Lint ToolContract/AgentPolicy manifests offline.
     Check {
@@ -149,9 +153,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { config } => runtime().and_then(|rt| until_done(rt, run(config))),
-        Command::Demo { otlp_endpoint } => {
-            runtime().and_then(|rt| rt.block_on(demo(otlp_endpoint)))
-        }
+        Command::Demo {
+            otlp_endpoint,
+            serve,
+        } => runtime().and_then(|rt| rt.block_on(demo(otlp_endpoint, serve))),
         Command::Check { paths, strict } => Ok(check(&paths, strict)),
         Command::Crds { out } => crds(out.as_deref()),
         Command::Inject { config } => runtime().and_then(|rt| until_done(rt, inject(config))),
@@ -344,10 +349,19 @@ async fn controller(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn demo(otlp_endpoint: Option<String>) -> anyhow::Result<ExitCode> {
+async fn demo(otlp_endpoint: Option<String>, serve: bool) -> anyhow::Result<ExitCode> {
+    let serve_otlp_endpoint = otlp_endpoint.clone();
     // Keep the table readable: only the sidecar's warnings and errors.
     init_logs("warn")?;
     toolgate::demo::run(&mut std::io::stdout(), otlp_endpoint).await?;
+    if serve {
+        let until = async {
+            if let Err(e) = shutdown_signal().await {
+                tracing::error!(error = %e, "cannot wait for Ctrl-C; stopping");
+            }
+        };
+        toolgate::demo::serve(&mut std::io::stdout(), serve_otlp_endpoint, until).await?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -933,6 +933,34 @@ fn the_values_schema_rejects_mistakes() {
             "controller: {leaderElection: {retryPeriodMs: 10000}}",
             "retryPeriodMs",
         ),
+        // Files nothing would mount, and issuers with no keys or two.
+        (
+            "sidecar: {identity: {jwt: [{issuer: a, audience: b, jwks: /etc/toolgate/jwks.json}]}}",
+            "jwks",
+        ),
+        (
+            "sidecar: {identity: {jwt: [{issuer: a, audience: b}]}}",
+            "jwksConfigMap",
+        ),
+        (
+            "sidecar: {identity: {taskIssuers: [{issuer: o, jwks: 'https://o/jwks', jwksConfigMap: k}]}}",
+            "oneOf",
+        ),
+        ("sidecar: {identity: {tokensSecret: Agent_Tokens}}", "tokensSecret"),
+        (
+            "sidecar: {approvals: {approvers: {jwt: [{issuer: a, audience: b, discovery: true, groupClaim: g}]}}}",
+            "groupClaim",
+        ),
+        ("sidecar: {audit: {volume: {hostPath: {path: /var/log}}}}", "hostPath"),
+        (
+            "sidecar: {audit: {volume: {emptyDir: {}, persistentVolumeClaim: {claimName: a}}}}",
+            "volume",
+        ),
+        (
+            "sidecar: {audit: {volume: {persistentVolumeClaim: {claimName: a, readOnly: true}}}}",
+            "readOnly",
+        ),
+        ("sidecar: {audit: {path: /var/log/audit.log}}", "path"),
     ] {
         let values = values_file(dir.path(), "bad.yaml", bad);
         let error = template(Some(&values)).expect_err(bad);
@@ -1170,4 +1198,197 @@ fn workload_identity_reaches_every_sidecar() {
         let values = values_file(dir.path(), "bad.yaml", bad);
         assert!(template(Some(&values)).is_err(), "{bad}");
     }
+}
+
+/// Everything the sidecar reads besides its policies, named in the values, reaches every
+/// sidecar: each Secret, ConfigMap and volume mounted (read-only, but the audit volume),
+/// and the sidecar's own settings, loaded from its variables, name files in those mounts.
+#[test]
+fn files_the_sidecar_reads_are_mounted_from_the_values() {
+    use toolgate::config::{Jwks, Settings};
+    use toolgate::inject::sidecar::{self, PodFacts};
+
+    let settings = injector_settings(
+        r#"
+sidecar:
+  auditKeySecret: toolgate-audit-key
+  identity:
+    tokensSecret: agent-tokens
+    jwt:
+      - {issuer: "https://login.example.com", audience: toolgate, jwksConfigMap: idp-jwks}
+      - {issuer: "https://partner.example.com", audience: toolgate, jwks: "https://partner.example.com/jwks.json", agentPrefix: "partner:"}
+    taskIssuers: [{issuer: orchestrator, jwksConfigMap: orchestrator-jwks}]
+  approvals:
+    approvers:
+      tokensSecret: approver-tokens
+      jwt: [{issuer: "https://login.example.com", audience: toolgate-approvals, jwksConfigMap: idp-jwks, groupsClaim: roles}]
+  audit: {volume: {persistentVolumeClaim: {claimName: audit-logs}}}
+"#,
+    );
+    let pod = PodFacts {
+        upstream_port: 8080,
+        service_name: None,
+    };
+    let container = sidecar::container(&settings.sidecar, &pod);
+    let vars = container
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)));
+    let sidecar_settings = Settings::parse("sidecar", "", vars).unwrap();
+    let mounts = container.volume_mounts.unwrap();
+    // The mount that holds `path`, if any.
+    let holder = |path: &Path| {
+        mounts
+            .iter()
+            .find(|m| path.starts_with(&m.mount_path))
+            .unwrap_or_else(|| panic!("{} is in no volume the sidecar mounts", path.display()))
+    };
+    let identity = &sidecar_settings.identity;
+    let approvers = &sidecar_settings.approvals.approvers;
+    let mut files = vec![
+        identity.tokens.clone().unwrap(),
+        approvers.tokens.clone().unwrap(),
+        sidecar_settings.audit.key_file.clone().unwrap(),
+    ];
+    let issuers = identity.jwt.iter().map(|j| &j.jwks);
+    let issuers = issuers
+        .chain(identity.task_issuers.iter().map(|t| &t.jwks))
+        .chain(approvers.jwt.iter().map(|j| &j.jwks));
+    let mut urls = 0;
+    for jwks in issuers {
+        match jwks.clone().unwrap() {
+            Jwks::File(path) => files.push(path),
+            Jwks::Url(_) => urls += 1,
+        }
+    }
+    assert_eq!((files.len(), urls), (6, 1));
+    for file in &files {
+        assert_eq!(holder(file).read_only, Some(true), "{}", file.display());
+    }
+    assert_eq!(approvers.jwt[0].groups_claim, "roles");
+    let audit = Path::new(&sidecar_settings.audit.path);
+    assert_eq!(audit, Path::new("/var/log/toolgate/$(POD_NAME).log"));
+    assert_eq!(
+        holder(audit).read_only,
+        Some(false),
+        "the audit log is written"
+    );
+
+    // Each volume is the sidecar's, from what the values name.
+    let volumes = sidecar::volumes(&settings.sidecar);
+    let volume = |name: &str| {
+        serde_json::to_value(volumes.iter().find(|v| v.name == name).unwrap()).unwrap()
+    };
+    assert_eq!(
+        volume("toolgate-agent-tokens")["secret"]["secretName"],
+        "agent-tokens"
+    );
+    assert_eq!(
+        volume("toolgate-approver-tokens")["secret"]["secretName"],
+        "approver-tokens"
+    );
+    assert_eq!(
+        volume("toolgate-audit")["persistentVolumeClaim"]["claimName"],
+        "audit-logs"
+    );
+    let projected = volume("toolgate-jwks");
+    let maps: Vec<&Value> = projected["projected"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["configMap"]["name"])
+        .collect();
+    assert_eq!(maps, [&json!("idp-jwks"), &json!("orchestrator-jwks")]);
+
+    // Nothing named, nothing mounted: the defaults add none of these.
+    let defaults = injector_settings("{}");
+    let names: Vec<String> = sidecar::volumes(&defaults.sidecar)
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(names, ["toolgate-podinfo", "toolgate-token"]);
+}
+
+/// A variable the chart sets from a value may not also be set in `sidecar.env`: the
+/// injector would refuse it at start, so the chart refuses it before anything rolls.
+#[test]
+fn sidecar_env_may_not_set_what_a_value_mounts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (values, variable, value) in [
+        (
+            "sidecar: {identity: {tokensSecret: agent-tokens}, env: {TOOLGATE_IDENTITY_TOKENS: /etc/tokens.yaml}}",
+            "TOOLGATE_IDENTITY_TOKENS",
+            "sidecar.identity.tokensSecret",
+        ),
+        (
+            "sidecar: {audit: {volume: {emptyDir: {}}}, env: {TOOLGATE_AUDIT_PATH: /tmp/audit.log}}",
+            "TOOLGATE_AUDIT_PATH",
+            "sidecar.audit.volume",
+        ),
+        (
+            "sidecar: {auditKeySecret: k, env: {TOOLGATE_AUDIT_KEY_FILE: /k}}",
+            "TOOLGATE_AUDIT_KEY_FILE",
+            "sidecar.auditKeySecret",
+        ),
+        (
+            "sidecar: {approvals: {approvers: {jwt: [{issuer: a, audience: b, discovery: true}]}}, env: {TOOLGATE_APPROVALS_APPROVERS_JWT: '[]'}}",
+            "TOOLGATE_APPROVALS_APPROVERS_JWT",
+            "sidecar.approvals.approvers.jwt",
+        ),
+    ] {
+        let file = values_file(dir.path(), "clash.yaml", values);
+        let error = template(Some(&file)).expect_err(values);
+        assert!(
+            error.contains(&format!("sidecar.env.{variable}")) && error.contains(value),
+            "{values}: {error}"
+        );
+    }
+    // Without the value, the variable is the user's.
+    let file = values_file(
+        dir.path(),
+        "free.yaml",
+        "sidecar: {env: {TOOLGATE_AUDIT_ON_FAILURE: fail_open}}",
+    );
+    assert!(template(Some(&file)).is_ok());
+}
+
+/// Pods don't start without the Secrets and ConfigMaps the values name, so the notes say
+/// how to create each.
+#[test]
+fn the_notes_tell_how_to_create_what_the_sidecar_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = values_file(
+        dir.path(),
+        "files.yaml",
+        r#"
+namespaces: [{name: shop}]
+sidecar:
+  identity:
+    tokensSecret: agent-tokens
+    jwt: [{issuer: "https://login.example.com", audience: toolgate, jwksConfigMap: idp-jwks}]
+    taskIssuers: [{issuer: orchestrator, jwksConfigMap: orchestrator-jwks}]
+  approvals:
+    approvers:
+      tokensSecret: approver-tokens
+      jwt: [{issuer: "https://login.example.com", audience: approvals, jwksConfigMap: idp-jwks}]
+  audit: {volume: {emptyDir: {sizeLimit: 1Gi}}}
+"#,
+    );
+    let notes = notes(&["--values", values.to_str().unwrap()]);
+    for command in [
+        "kubectl -n shop create secret generic agent-tokens --from-file=tokens.yaml",
+        "kubectl -n shop create secret generic approver-tokens --from-file=tokens.yaml",
+        "kubectl -n shop create configmap orchestrator-jwks --from-file=jwks.json",
+        "toolgate audit verify /var/log/toolgate/POD.log",
+    ] {
+        assert!(
+            notes.contains(command),
+            "NOTES.txt lacks {command:?}:\n{notes}"
+        );
+    }
+    // Each ConfigMap once, though two issuers share it.
+    let idp = "kubectl -n shop create configmap idp-jwks --from-file=jwks.json";
+    assert_eq!(notes.matches(idp).count(), 1, "{notes}");
 }

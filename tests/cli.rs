@@ -308,9 +308,26 @@ fn demo_prints_every_scenario_and_exits_zero() {
         "APPROVAL_REQUIRED",
         "approver alice (finance-leads) approves",
         "hash chain intact",
+        "tools/list shows it lookup_order",
     ] {
         assert!(text.contains(expected), "missing {expected} in\n{text}");
     }
+    // Over MCP: one call allowed, one refused as a tool result the model can read.
+    let mcp: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" lookup_order ") && l.contains("MCP"))
+        .collect();
+    assert_eq!(mcp.len(), 2, "{text}");
+    assert!(
+        mcp[0].contains("allow") && mcp[0].contains("\"status\":\"shipped\""),
+        "{text}"
+    );
+    assert!(
+        mcp[1].contains("deny")
+            && mcp[1].contains("INVALID_ARGUMENTS")
+            && mcp[1].contains("(isError)"),
+        "{text}"
+    );
     assert!(
         !text.contains("db-7"),
         "backend internals leaked into the demo:\n{text}"
@@ -326,4 +343,161 @@ fn demo_prints_every_scenario_and_exits_zero() {
         "{text}"
     );
     assert!(refunds[2].contains("replayed, not run again"), "{text}");
+}
+
+/// Splits a printed command the way `sh` would for the demo's `curl` lines: words, and
+/// '…' as one word.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    let mut started = false;
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                started = true;
+            }
+            ' ' if !quoted => {
+                if started {
+                    words.push(std::mem::take(&mut word));
+                }
+                started = false;
+            }
+            c => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    if started {
+        words.push(word);
+    }
+    words
+}
+
+/// `toolgate demo --serve` keeps the example backend and a sidecar up after the tour and
+/// prints a `curl` for each kind of decision: each gets the answer its comment says,
+/// then Ctrl-C stops it cleanly and the audit chain, tour and calls by hand, verifies.
+#[tokio::test]
+async fn demo_serve_answers_the_printed_calls_until_ctrl_c() {
+    use std::io::BufRead;
+    let mut child = toolgate()
+        .args(["demo", "--serve"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut printed = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !printed.iter().any(|l: &String| l.contains("/metrics")) {
+        let line = tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("the demo never printed its calls")
+            .expect("the demo ended before serving");
+        printed.push(line);
+    }
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let mut tried = 0;
+    for pair in printed.windows(2) {
+        let (Some(what), Some(command)) = (
+            pair[0].trim().strip_prefix("# "),
+            pair[1].trim().strip_prefix("curl "),
+        ) else {
+            continue;
+        };
+        if command.contains(';') {
+            continue;
+        }
+        let words = shell_words(command);
+        let mut request = http::Request::builder().method("GET");
+        let mut body = String::new();
+        let mut url = "";
+        let mut i = 0;
+        while i < words.len() {
+            match words[i].as_str() {
+                "-s" => {}
+                "-w" => i += 1,
+                "-X" => {
+                    request = request.method(words[i + 1].as_str());
+                    i += 1;
+                }
+                "-H" => {
+                    let (k, v) = words[i + 1].split_once(": ").unwrap();
+                    request = request.header(k, v);
+                    i += 1;
+                }
+                "-d" => {
+                    body = words[i + 1].clone();
+                    request = request.method("POST");
+                    i += 1;
+                }
+                other => url = other,
+            }
+            i += 1;
+        }
+        let response = client
+            .request(
+                request
+                    .uri(url)
+                    .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let text = String::from_utf8_lossy(&text);
+        let mut expected = what.split([' ', ':']);
+        assert_eq!(
+            expected.next().unwrap(),
+            status.to_string(),
+            "{what}: {text}"
+        );
+        match expected.next().unwrap() {
+            "allowed" => assert!(!text.contains("\"error\""), "{what}: {text}"),
+            code => assert!(text.contains(code), "{what}: {text}"),
+        }
+        tried += 1;
+    }
+    assert!(tried >= 7, "{printed:?}");
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let mut rest = Vec::new();
+    while let Some(line) = tokio::time::timeout_at(deadline, rx.recv()).await.unwrap() {
+        rest.push(line);
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "exit status {status}");
+    let log = rest
+        .iter()
+        .find_map(|l| {
+            l.split_once("toolgate audit verify ")
+                .map(|(_, p)| p.to_string())
+        })
+        .expect("the demo says where its audit log is");
+    let out = toolgate().args(["audit", "verify", &log]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_dir_all(std::path::Path::new(&log).parent().unwrap());
 }

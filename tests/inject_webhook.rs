@@ -418,11 +418,12 @@ async fn the_binary_serves_reviews_and_rejects_bad_settings() {
     assert!(stderr.contains("redisPasswordSecret"), "{stderr}");
 }
 
-/// With `sidecar.auditKeySecret` or `sidecar.redisPasswordSecret`, the patched pod (the
-/// golden fixture's) is still a valid, restricted Pod, its Secret volume included.
+/// With `sidecar.auditKeySecret`, `sidecar.redisPasswordSecret`, or the token Secrets,
+/// issuer ConfigMaps and audit volume of `files/`, the patched pod (the golden
+/// fixture's) is still a valid, restricted Pod, its volumes included.
 #[test]
 fn a_pod_with_a_mounted_secret_stays_valid_and_restricted() {
-    for folder in ["audit-key", "redis-state"] {
+    for folder in ["audit-key", "redis-state", "files"] {
         let settings = InjectSettings::load(
             Some(
                 &Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -435,7 +436,8 @@ fn a_pod_with_a_mounted_secret_stays_valid_and_restricted() {
         .unwrap();
         assert!(
             settings.sidecar.audit_key_secret.is_some()
-                || settings.sidecar.redis_password_secret.is_some(),
+                || settings.sidecar.redis_password_secret.is_some()
+                || settings.sidecar.audit_volume.is_some(),
             "{folder}"
         );
         let review = fixture(&format!("{folder}/annotated.json"));

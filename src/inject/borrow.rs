@@ -1,21 +1,25 @@
 //! The sidecar's secrets stay in the sidecar: a pod whose own containers could reach
 //! what the injector brings for the sidecar alone is refused.
 //!
-//! The patch adds volumes the sidecar mounts: its audit key and Redis password Secrets,
-//! its own ServiceAccount token, its policies and pod info. A volume mount names a volume
+//! The patch adds volumes the sidecar mounts: its audit key, Redis password and token
+//! Secrets, its issuers' keys, its audit log's volume, its own ServiceAccount token, its
+//! policies and pod info. A volume mount names a volume
 //! only by name, so an app container that declares `volumeMounts: [{name:
 //! toolgate-audit-key}]` before injection would be given the key the moment the patch
 //! adds the volume. Refused, with the reason, when any container of the pod — init,
 //! regular or ephemeral — mounts (or maps as a device) a volume whose name starts with
 //! [`RESERVED_PREFIX`], the namespace every sidecar volume is named in, whatever today's
 //! settings bring; or when the pod declares such a volume itself; or when the pod reaches
-//! the sidecar's Secrets by name under another volume's name or through `env`.
+//! the sidecar's Secrets by name under another volume's name or through `env`, or claims
+//! the PersistentVolumeClaim the sidecar writes its audit log to.
 //!
 //! A container added later by `kubectl debug` (the `pods/ephemeralcontainers`
 //! subresource) is checked the same way ([`ephemeral`]): an injected pod has the
 //! volumes by then, so a debug container naming one would get it.
 
-use k8s_openapi::api::core::v1::{Container, EnvFromSource, EnvVar, EphemeralContainer, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EnvFromSource, EnvVar, EphemeralContainer, PodSpec, Volume,
+};
 
 use super::settings::SidecarSettings;
 
@@ -42,6 +46,9 @@ pub fn check(spec: &PodSpec, settings: &SidecarSettings) -> Result<(), String> {
                     .flat_map(|p| p.sources.iter().flatten())
                     .filter_map(|s| s.secret.as_ref().map(|s| s.name.as_str())),
             );
+        if let Some(why) = audit_claim(volume, settings) {
+            return Err(why);
+        }
         for secret in secrets {
             if let Some(what) = sidecar_secret(secret, settings) {
                 return Err(format!(
@@ -79,8 +86,8 @@ pub fn ephemeral(spec: &PodSpec, settings: &SidecarSettings) -> Result<(), Strin
 
 const RESERVED_WHY: &str =
     "volume names starting with \"toolgate-\" are the toolgate sidecar's own \
-     (its audit key, Redis password, ServiceAccount token and identity material), and no other \
-     container may mount them";
+     (its audit key, Redis password, ServiceAccount token, identity material and audit log), \
+     and no other container may mount them";
 
 fn reserved(name: &str) -> bool {
     name.to_ascii_lowercase().starts_with(RESERVED_PREFIX)
@@ -93,7 +100,22 @@ fn sidecar_secret(name: &str, settings: &SidecarSettings) -> Option<&'static str
         (settings.redis_password_secret.as_deref(), "Redis password"),
     ]
     .into_iter()
+    .chain(settings.files().secrets())
     .find_map(|(secret, what)| (secret == Some(name)).then_some(what))
+}
+
+/// Why the pod's volume `volume` may not be declared: it claims the audit log's
+/// PersistentVolumeClaim, whose files only the sidecar may write.
+fn audit_claim(volume: &Volume, settings: &SidecarSettings) -> Option<String> {
+    let claim = settings.audit_volume.as_ref()?.claim()?;
+    let declared = volume.persistent_volume_claim.as_ref()?;
+    (declared.claim_name == claim).then(|| {
+        format!(
+            "the pod's volume {:?} mounts the PersistentVolumeClaim {claim:?}, which holds the toolgate \
+             sidecar's audit logs; only the sidecar may write them (read them from another pod)",
+            volume.name
+        )
+    })
 }
 
 /// What a container of any kind can reach volumes and Secrets through.

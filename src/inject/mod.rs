@@ -7,6 +7,8 @@
 //!   so the golden tests and the server run exactly the same code.
 //! - [`validate`] is the validating webhook for `ToolContract` and `AgentPolicy`
 //!   objects, as pure as [`review`] and served beside it.
+//! - [`files`] says where the sidecar's token Secrets, issuer keys and audit volume are
+//!   mounted and which variables point it there.
 //! - [`server`] is the HTTPS listener; [`settings`] the injector's own settings file.
 //! - [`borrow`] refuses a pod whose own containers could reach the sidecar's volumes or
 //!   Secrets (a mount declared before injection, a `kubectl debug` container after).
@@ -16,6 +18,7 @@
 //! input makes the webhook panic — malformed input is answered, not crashed on.
 
 pub mod borrow;
+pub mod files;
 pub mod patch;
 pub mod review;
 pub mod scrape;

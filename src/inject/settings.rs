@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use super::files::{ApproverFiles, AuditVolume, Files, IdentityFiles};
 use crate::config::env::{self, Kind};
 use crate::config::file;
 use crate::config::SettingsError;
@@ -50,6 +51,15 @@ pub struct SidecarSettings {
     /// the password, if any, is in the URL. Only worth setting with `state.backend: redis`
     /// in `env`, which the chart does together.
     pub redis_password_secret: Option<String>,
+    /// Agent credentials from files: a Secret of token digests, and JWT and task issuers
+    /// whose keys may come from ConfigMaps (`inject::files`).
+    pub identity: IdentityFiles,
+    /// Who may decide held calls: a Secret of approver token digests, and approver
+    /// issuers whose keys may come from ConfigMaps.
+    pub approvers: ApproverFiles,
+    /// A volume (an `emptyDir` or a PersistentVolumeClaim) the audit log is written to,
+    /// one file per pod; unset, the audit log goes to stdout.
+    pub audit_volume: Option<AuditVolume>,
     /// Extra environment for every sidecar (e.g. `TOOLGATE_TELEMETRY_OTLP_ENDPOINT`), on
     /// top of what the injector sets per pod.
     pub env: BTreeMap<String, String>,
@@ -131,6 +141,9 @@ impl Default for SidecarSettings {
             policies_config_map: None,
             audit_key_secret: None,
             redis_password_secret: None,
+            identity: IdentityFiles::default(),
+            approvers: ApproverFiles::default(),
+            audit_volume: None,
             env: BTreeMap::new(),
             workload_identity: WorkloadIdentity::default(),
             scrape_annotations: false,
@@ -171,6 +184,12 @@ const KEYS: &[(&str, Kind)] = &[
     ("sidecar.policiesConfigMap", Kind::Str),
     ("sidecar.auditKeySecret", Kind::Str),
     ("sidecar.redisPasswordSecret", Kind::Str),
+    ("sidecar.identity.tokensSecret", Kind::Str),
+    ("sidecar.identity.jwt", Kind::Yaml),
+    ("sidecar.identity.taskIssuers", Kind::Yaml),
+    ("sidecar.approvers.tokensSecret", Kind::Str),
+    ("sidecar.approvers.jwt", Kind::Yaml),
+    ("sidecar.auditVolume", Kind::Yaml),
     ("sidecar.env", Kind::Yaml),
     ("sidecar.workloadIdentity.enabled", Kind::Bool),
     ("sidecar.workloadIdentity.audiences", Kind::List),
@@ -201,6 +220,7 @@ impl InjectSettings {
         settings
             .sidecar
             .check()
+            .and_then(|()| settings.sidecar.check_sidecar())
             .map_err(|(field, message)| file::invalid(origin, field, message))?;
         Ok(settings)
     }
@@ -246,6 +266,7 @@ impl SidecarSettings {
             }
         }
         self.workload_identity.check()?;
+        self.files().check()?;
         for name in self.env.keys() {
             let valid = !name.is_empty()
                 && !name.starts_with(|c: char| c.is_ascii_digit())
@@ -263,6 +284,41 @@ impl SidecarSettings {
             }
         }
         Ok(())
+    }
+}
+
+impl SidecarSettings {
+    /// The files the sidecar reads and writes besides its policies.
+    pub fn files(&self) -> Files<'_> {
+        Files {
+            identity: &self.identity,
+            approvers: &self.approvers,
+            audit_volume: self.audit_volume.as_ref(),
+        }
+    }
+
+    /// The sidecar's own settings check, on the variables an injected sidecar would get
+    /// (for a pod whose app listens on 8080): so an issuer the sidecar would refuse, or a
+    /// bad value in `env`, stops the injector's rollout instead of every injected pod.
+    fn check_sidecar(&self) -> Result<(), (String, String)> {
+        let pod = super::sidecar::PodFacts {
+            upstream_port: 8080,
+            service_name: None,
+        };
+        let vars = super::sidecar::container(self, &pod)
+            .env
+            .into_iter()
+            .flatten()
+            .filter_map(|e| Some((e.name, e.value?)));
+        let why = match crate::config::Settings::parse("sidecar", "", vars) {
+            Ok(_) => return Ok(()),
+            Err(SettingsError::Invalid { field, message, .. }) => format!("{field}: {message}"),
+            Err(e) => e.to_string(),
+        };
+        Err((
+            "sidecar".into(),
+            format!("an injected sidecar would refuse its settings: {why}"),
+        ))
     }
 }
 
@@ -343,14 +399,16 @@ pub const RESERVED_ENV: &[&str] = &[
 
 impl SidecarSettings {
     /// Whether the injector sets `name` itself with these settings, so `sidecar.env` may
-    /// not: its value, listed after the injector's, would silently win. The audit key's
-    /// and the Redis password's variables are free when no Secret is named, so the file
-    /// can still come from elsewhere.
+    /// not: its value, listed after the injector's, would silently win. The variables of
+    /// the files the injector mounts (the audit key, the Redis password, token Secrets,
+    /// issuers, the audit volume) are free when it mounts none, so the file can still
+    /// come from elsewhere.
     pub fn reserves(&self, name: &str) -> bool {
         RESERVED_ENV.contains(&name)
             || (WORKLOAD_IDENTITY_ENV.contains(&name) && self.workload_identity.enabled)
             || (name == AUDIT_KEY_ENV && self.audit_key_secret.is_some())
             || (name == REDIS_PASSWORD_ENV && self.redis_password_secret.is_some())
+            || self.files().variables().contains(&name)
     }
 }
 

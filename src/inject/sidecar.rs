@@ -8,7 +8,8 @@
 //! from the downward API, never from the review, so the spec stays correct if the pod
 //! template is reused elsewhere; the audit key (`sidecar.auditKeySecret`) and the Redis
 //! password (`sidecar.redisPasswordSecret`) are mounted into the sidecar alone, never into
-//! the app's containers. With workload identity (`sidecar.workloadIdentity`, on by
+//! the app's containers, as are the token Secrets, issuer keys and audit volume of
+//! [`super::files`]. With workload identity (`sidecar.workloadIdentity`, on by
 //! default) the sidecar verifies agents' projected ServiceAccount tokens with keys it
 //! reads from the API server, so it gets its own API token even when its policies come
 //! from a ConfigMap.
@@ -83,6 +84,7 @@ pub fn container(settings: &SidecarSettings, pod: &PodFacts) -> Container {
     if settings.redis_password_secret.is_some() {
         mounts.push(mount(REDIS_PASSWORD_VOLUME, REDIS_PASSWORD_DIR));
     }
+    mounts.extend(settings.files().mounts());
     let quantities = |map: &BTreeMap<String, String>| {
         (!map.is_empty()).then(|| {
             map.iter()
@@ -143,6 +145,7 @@ pub fn volumes(settings: &SidecarSettings) -> Vec<Volume> {
             REDIS_PASSWORD_ITEM,
         ));
     }
+    volumes.extend(settings.files().volumes());
     volumes
 }
 
@@ -210,6 +213,7 @@ fn env(settings: &SidecarSettings, pod: &PodFacts) -> Vec<EnvVar> {
     if settings.redis_password_secret.is_some() {
         env.push(value(REDIS_PASSWORD_ENV, REDIS_PASSWORD_FILE.into()));
     }
+    env.extend(settings.files().env_vars());
     let service_name = "TOOLGATE_TELEMETRY_SERVICE_NAME";
     if let (Some(name), false) = (&pod.service_name, settings.env.contains_key(service_name)) {
         env.push(value(service_name, name.clone()));
@@ -251,7 +255,7 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
 }
 
 /// Pod Security "restricted", plus a read-only root filesystem (the sidecar writes only
-/// to stdout and stderr).
+/// to stdout and stderr, and to the audit volume when one is named).
 fn restricted() -> SecurityContext {
     SecurityContext {
         run_as_non_root: Some(true),
@@ -294,12 +298,12 @@ fn podinfo_volume() -> Volume {
     }
 }
 
-/// Only the one item (the audit key, the Redis password), and not optional: a missing
+/// Only the one item (the audit key, the Redis password, a token file), and not optional: a missing
 /// Secret or item keeps the pod from starting, with the reason in its events, rather than
 /// starting a sidecar that can only fail to read its file. The default file mode (0644,
 /// root-owned) stays because the sidecar runs as a non-root UID and must read the file;
 /// no other container mounts it.
-fn secret_volume(volume: &str, secret: &str, item: &str) -> Volume {
+pub(super) fn secret_volume(volume: &str, secret: &str, item: &str) -> Volume {
     Volume {
         name: volume.into(),
         secret: Some(SecretVolumeSource {
