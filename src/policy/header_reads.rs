@@ -4,7 +4,8 @@
 //! rules saw (`inputs`, for `toolgate replay`). Handing every header to both would put a
 //! client's cookies and API keys in the audit log for a rule that only asked for
 //! `x-env`. So a rule's expression is read once: `request.headers['x-env']`,
-//! `request.headers.x_env` and `has(request.headers.x_env)` name one header each;
+//! `request.headers.x_env`, `has(request.headers.x_env)` and `'x-env' in
+//! request.headers` name one header each;
 //! any other use of `request.headers` (iterated, sized, indexed by something computed)
 //! or of `request` whole reads them all. A call then binds only the headers read
 //! ([`HeaderReads::keeps`]).
@@ -97,6 +98,17 @@ fn visit(e: &IdedExpr, bound: &mut Vec<String>, reads: &mut HeaderReads) {
                 }
             }
         }
+        // 'name' in request.headers
+        Expr::Call(c)
+            if c.func_name == operators::IN
+                && c.args.len() == 2
+                && is_headers(&c.args[1], bound)
+                && matches!(&c.args[0].expr, Expr::Literal(LiteralValue::String(_))) =>
+        {
+            if let Expr::Literal(LiteralValue::String(name)) = &c.args[0].expr {
+                reads.name(name.as_ref());
+            }
+        }
         Expr::Call(c) => {
             if let Some(target) = &c.target {
                 visit(target, bound, reads);
@@ -168,13 +180,17 @@ mod tests {
             reads("args.xs.all(x, request.headers['x-a'] == x)"),
             named(&["x-a"])
         );
+        assert_eq!(
+            reads("'x-env' in request.headers && request.headers['x-env'] == 'prod'"),
+            named(&["x-env"])
+        );
     }
 
     #[test]
     fn any_other_use_reads_them_all() {
         for expr in [
             "size(request.headers) > 1",
-            "'cookie' in request.headers",
+            "args.name in request.headers",
             "request.headers[args.name] == 'x'",
             "request.headers.exists(h, h == 'x')",
             "request == {}",
