@@ -29,8 +29,7 @@ pub mod writer;
 
 use anyhow::Context as _;
 use kube::api::{Api, DynamicObject};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -265,15 +264,5 @@ fn watch_both(
 /// In a pod: the service account (`Config::infer`); outside: `kubernetes.kubeconfig`
 /// when set, else `KUBECONFIG` or `~/.kube/config`.
 async fn connect(scope: &Scope) -> anyhow::Result<Client> {
-    let config = match &scope.kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .with_context(|| format!("kubernetes.kubeconfig {}", path.display()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
-        }
-        None => Config::infer()
-            .await
-            .context("no Kubernetes API config (in-cluster service account or kubeconfig)")?,
-    };
-    Client::try_from(config).context("Kubernetes client")
+    crate::input::kube_client::client(scope.kubeconfig.as_deref(), "kubernetes.kubeconfig").await
 }

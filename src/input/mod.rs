@@ -8,10 +8,13 @@
 //!   out, so an error about a file that is not what it should be (a secret named as a
 //!   policy) keeps its position and kind but never echoes the file.
 //! - [`url`]: a URL as logs and errors may show it: without userinfo and query values.
+//! - [`kube_client`]: a Kubernetes API client from a kubeconfig setting, its file read
+//!   as every file is.
 //!
 //! Sits at the bottom of the layer graph with [`crate::vocab`]: it imports nothing of
 //! toolgate's own.
 
 pub mod file;
+pub mod kube_client;
 pub mod quiet;
 pub mod url;

@@ -11,10 +11,8 @@ pub mod labels;
 pub mod sync;
 pub mod watch;
 
-use anyhow::Context as _;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -22,8 +20,6 @@ use tokio::sync::mpsc;
 use super::Control;
 use crate::config::Kubernetes;
 use crate::crd::{AgentPolicy, ToolContract};
-use crate::input::file::{read_text, Bound};
-use crate::input::quiet;
 
 /// A watched kind. Each is its own index source, so a relist of one replaces only it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -70,26 +66,11 @@ impl Cluster {
     /// In a pod: the service account (`Config::infer`); outside: `policies.kubernetes.kubeconfig`
     /// when set, else `KUBECONFIG` or `~/.kube/config`.
     pub async fn connect(settings: &Kubernetes) -> anyhow::Result<Cluster> {
-        let config = match &settings.kubeconfig {
-            Some(path) => {
-                // Checked as every file is (a regular file, bounded) before kube reads it
-                // again itself, resolving its relative certificate paths.
-                read_text(path, Bound::SMALL)
-                    .map_err(|e| anyhow::anyhow!("policies.kubernetes.kubeconfig: {e}"))?;
-                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    anyhow::anyhow!(
-                        "policies.kubernetes.kubeconfig {}: {}",
-                        path.display(),
-                        quiet::error(&e)
-                    )
-                })?;
-                Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
-            }
-            None => Config::infer()
-                .await
-                .context("no Kubernetes API config (in-cluster service account or kubeconfig)")?,
-        };
-        let client = Client::try_from(config).context("Kubernetes client")?;
+        let client = crate::input::kube_client::client(
+            settings.kubeconfig.as_deref(),
+            "policies.kubernetes.kubeconfig",
+        )
+        .await?;
         let pod_labels = labels::load(&settings.pod_labels_file)?;
         Ok(Cluster {
             client,
@@ -127,7 +108,7 @@ mod tests {
     /// (`ring`) by itself, or every sidecar would panic at start.
     #[tokio::test]
     async fn an_https_client_builds() {
-        let config = Config::new("https://10.96.0.1:443".parse().unwrap());
+        let config = kube::Config::new("https://10.96.0.1:443".parse().unwrap());
         assert!(Client::try_from(config).is_ok());
     }
 

@@ -15,11 +15,9 @@
 //! on a managed one it names a public copy of the same keys the pod may not reach.
 //! Answers are bounded like any fetched document.
 
-use anyhow::Context as _;
 use http::header::ACCEPT;
 use http::Request;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -40,18 +38,8 @@ impl ApiServer {
     /// In a pod: its service account; outside: `kubeconfig`, or the usual lookup
     /// (`KUBECONFIG`, `~/.kube/config`).
     pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<ApiServer> {
-        let config = match kubeconfig {
-            Some(path) => {
-                let kubeconfig = Kubeconfig::read_from(path).with_context(|| {
-                    format!("identity.kubernetes.kubeconfig {}", path.display())
-                })?;
-                Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
-            }
-            None => Config::infer()
-                .await
-                .context("no Kubernetes API config (in-cluster service account or kubeconfig)")?,
-        };
-        let client = Client::try_from(config).context("Kubernetes client")?;
+        let client =
+            crate::input::kube_client::client(kubeconfig, "identity.kubernetes.kubeconfig").await?;
         Ok(ApiServer { client })
     }
 
