@@ -20,7 +20,8 @@
 #   BENCH_PACED_ROUNDS=3
 #   BENCH_PORT_BASE=18800  BENCH_KEEP=1 (keep the work folder)  BENCH_NO_BUILD=1
 #   BENCH_BEFORE=/path/to/an/older/toolgate: also run that binary with the full profile
-#     ("full-before"), side by side with this one, to measure an optimization
+#     ("full-before", and "minimal-before" with the minimal profile), side by side with
+#     this one, to measure an optimization
 #   BENCH_REDIS=0: leave out "full-redis", the full profile with its state on a local
 #     redis-server (state.backend: redis; docs/state.md), measured with the others
 #   BENCH_APPROVAL=0: leave out "full-approval", the full profile whose grants also carry
@@ -30,6 +31,10 @@
 #   BENCH_SAMPLED=0: leave out "full-sampled", the full profile with trace sampling at
 #     0.1 (sampler: parentbased_traceidratio; the load sends no traceparent, so about
 #     one call in ten is sampled)
+#   BENCH_JWT=0: leave out "full-jwt", the full profile whose agent presents a JWT
+#     (identity.jwt, verified then cached) instead of the static token
+#   BENCH_PERF=0: leave out the independent CPU count (perf stat's task-clock on each
+#     target during each closed-loop run, printed beside the /proc figure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -51,6 +56,7 @@ command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 with_redis=${BENCH_REDIS:-1}
 with_approval=${BENCH_APPROVAL:-1}
 with_sampled=${BENCH_SAMPLED:-1}
+with_jwt=${BENCH_JWT:-1}
 [ "$with_redis" = 0 ] || command -v redis-server >/dev/null || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]} (apt-get, as root)"
@@ -84,10 +90,12 @@ port_minimal=$((base + 3))
 port_full=$((base + 4))
 port_otlp=$((base + 5))
 # Each toolgate's admin listener is its port + 10: full-before 6 (16), full-approval
-# 7 (17), full-redis 8 (18) and redis 9, full-sampled 10 (20).
+# 7 (17), full-redis 8 (18) and redis 9, full-sampled 10 (20), minimal-before 11 (21),
+# full-jwt 12 (22).
 port_full_approval=$((base + 7))
 port_full_sampled=$((base + 10))
-ports_free "$base" $((base + 20)) BENCH_PORT_BASE
+ports_free "$base" $((base + 22)) BENCH_PORT_BASE
+port_full_jwt=$((base + 12))
 
 # --- servers --------------------------------------------------------------------------
 log "starting backend, nginx, bare proxy, OTLP sink, toolgate minimal and full in $work"
@@ -136,17 +144,18 @@ http {
 EOF
 "$nginx_bin" -p "$work/nginx" -c "$work/nginx/nginx.conf" -e "$work/nginx/error.log"
 
-start_toolgate() { # name port policies extra-yaml [binary]
-  local name=$1 port=$2 binary=${5:-$toolgate}
+static_identity="identity:
+  tokens: $root/bench/tokens.yaml
+  taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]"
+start_toolgate() { # name port policies extra-yaml [binary] [identity-yaml]
+  local name=$1 port=$2 binary=${5:-$toolgate} identity=${6:-$static_identity}
   mkdir -p "$work/$name"
   cat >"$work/$name/toolgate.yaml" <<EOF
 listen: 127.0.0.1:$port
 admin: 127.0.0.1:$((port + 10))
 upstream: http://127.0.0.1:$port_backend
 policies: {files: [$root/bench/policies/$3]}
-identity:
-  tokens: $root/bench/tokens.yaml
-  taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]
+$identity
 $4
 EOF
   TOOLGATE_LOG=warn "$binary" run --config "$work/$name/toolgate.yaml" >"$work/$name.log" 2>&1 &
@@ -159,11 +168,15 @@ telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-b
 pid_full=${pids[-1]}
 for p in $port_backend $port_nginx $port_bare $port_minimal $port_full $port_otlp; do wait_port "$p"; done
 port_before=$((base + 6))
+port_minimal_before=$((base + 11))
 if [ -n "${BENCH_BEFORE:-}" ]; then
   start_toolgate full-before "$port_before" full.yaml "audit: {path: $work/full-before/audit.log}
 telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-before}" "$BENCH_BEFORE"
   pid_before=${pids[-1]}
   wait_port "$port_before"
+  start_toolgate minimal-before "$port_minimal_before" minimal.yaml "audit: {path: 'off'}" "$BENCH_BEFORE"
+  pid_minimal_before=${pids[-1]}
+  wait_port "$port_minimal_before"
 fi
 
 port_redis=$((base + 9))
@@ -186,6 +199,16 @@ telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-b
   pid_full_approval=${pids[-1]}
   wait_port "$port_full_approval"
 fi
+if [ "$with_jwt" != 0 ]; then
+  # The same agent, identified by a JWT from the `agents` issuer (benchkit agent-token)
+  # and no token file: what verifying (then caching) an agent's token costs.
+  start_toolgate full-jwt "$port_full_jwt" full.yaml "audit: {path: $work/full-jwt/audit.log}
+telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-jwt}" "" "identity:
+  jwt: [{issuer: agents, audience: toolgate-bench, jwks: $root/examples/keys/task-jwks.json}]
+  taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]"
+  pid_full_jwt=${pids[-1]}
+  wait_port "$port_full_jwt"
+fi
 if [ "$with_sampled" != 0 ]; then
   start_toolgate full-sampled "$port_full_sampled" full.yaml "audit: {path: $work/full-sampled/audit.log}
 telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-bench-sampled, sampler: parentbased_traceidratio, samplerRatio: 0.1}"
@@ -196,22 +219,28 @@ fi
 export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
 BENCH_TASK=$("$kit" task-token --agent bench-bot)
 export BENCH_TASK
+agent_jwt=$("$kit" agent-token --agent bench-bot)
+auth() { # target: its Authorization header's value
+  if [ "$1" = full-jwt ]; then echo "Bearer $agent_jwt"; else echo "Bearer bench-token"; fi
+}
 
 declare -A port=([direct]=$port_backend [nginx]=$port_nginx [bare]=$port_bare
   [minimal]=$port_minimal [full]=$port_full [full-before]=$port_before
+  [minimal-before]=$port_minimal_before [full-jwt]=$port_full_jwt
   [full-redis]=$port_full_redis [full-approval]=$port_full_approval
   [full-sampled]=$port_full_sampled)
 targets=(direct nginx bare minimal full)
-[ -n "${BENCH_BEFORE:-}" ] && targets+=(full-before)
+[ -n "${BENCH_BEFORE:-}" ] && targets+=(full-before minimal-before)
 [ "$with_redis" != 0 ] && targets+=(full-redis)
 [ "$with_approval" != 0 ] && targets+=(full-approval)
 [ "$with_sampled" != 0 ] && targets+=(full-sampled)
+[ "$with_jwt" != 0 ] && targets+=(full-jwt)
 
 # --- sanity: every target answers both loads with a real, allowed result ---------------
 check() { # target
   local url="http://127.0.0.1:${port[$1]}" out
   out=$(curl -sS -D - -o "$work/check.body" -H 'Content-Type: application/json' \
-    -H 'Authorization: Bearer bench-token' -H "X-Toolgate-Task: $BENCH_TASK" \
+    -H "Authorization: $(auth "$1")" -H "X-Toolgate-Task: $BENCH_TASK" \
     --data-binary "@$BENCH_BODY" "$url/search")
   grep -q '^HTTP/1.1 200' <<<"$out" && grep -q '"ok":true' "$work/check.body" || {
     echo "$1: the REST call was not answered: $out $(cat "$work/check.body")" >&2
@@ -221,7 +250,7 @@ check() { # target
   args=$(sed 's/}[[:space:]]*$//' "$BENCH_BODY")
   curl -sS -o "$work/check.body" -H 'Content-Type: application/json' \
     -H 'Accept: application/json, text/event-stream' \
-    -H 'Authorization: Bearer bench-token' -H "X-Toolgate-Task: $BENCH_TASK" \
+    -H "Authorization: $(auth "$1")" -H "X-Toolgate-Task: $BENCH_TASK" \
     --data-binary "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"mcp_search_logs\",\"arguments\":$args,\"cursor\":\"check\"}}}" \
     "$url/mcp"
   grep -q '"isError":false' "$work/check.body" || {
@@ -240,6 +269,7 @@ rss_kib() { # pid [field]: the process's (and, for nginx, its workers') memory
 }
 declare -A pid=([direct]=$pid_backend [nginx]=$(cat "$work/nginx/nginx.pid") [bare]=$pid_bare
   [minimal]=$pid_minimal [full]=$pid_full [full-before]=${pid_before:-0}
+  [minimal-before]=${pid_minimal_before:-0} [full-jwt]=${pid_full_jwt:-0}
   [full-redis]=${pid_full_redis:-0} [full-approval]=${pid_full_approval:-0}
   [full-sampled]=${pid_full_sampled:-0})
 results=$work/results.tsv
@@ -250,7 +280,8 @@ done
 
 run_wrk() { # target load conc seconds -> RESULT line
   local script=$BENCH_DIR/wrk/$2.lua
-  wrk -t1 -c"$3" -d"${4}s" -s "$script" "http://127.0.0.1:${port[$1]}" | grep '^RESULT' || true
+  BENCH_AUTH=$(auth "$1") wrk -t1 -c"$3" -d"${4}s" -s "$script" "http://127.0.0.1:${port[$1]}" |
+    grep '^RESULT' || true
 }
 
 # CPU time, so the table can say where a saturated box's two cores went per call.
@@ -285,6 +316,29 @@ cpu_fields() { # before after -> key=value fields for the results line
     "cpu_sink_ticks=$((b[2] - a[2])) cpu_wrk_ms=$((b[3] - a[3]))"
 }
 
+# An independent count of the target's CPU (issue 49): perf's task-clock, attached to the
+# target's process tree for exactly the wrk run, beside the /proc ticks above. The two
+# agreeing is what lets the tables' CPU per call be trusted; BENCH_PERF=0 leaves it out.
+with_perf=${BENCH_PERF:-1}
+if [ "$with_perf" != 0 ] && ! perf stat -x, -e task-clock true >/dev/null 2>&1; then
+  log "perf stat is not available here: no independent CPU count"
+  with_perf=0
+fi
+perf_start() { # target: perf stat on its process tree, in the background
+  [ "$with_perf" != 0 ] || return 0
+  perf stat -x, -e task-clock -p "$(tree "${pid[$1]}" | tr ' ' ',')" -o "$work/perf.out" &
+  perf_pid=$!
+  sleep 0.05 # perf attaches before the load starts
+}
+perf_stop() { # -> $perf_field: " perf_target_ms=N" (the target's task-clock), or nothing
+  perf_field=
+  [ "$with_perf" != 0 ] || return 0
+  # Not in a $(…) subshell: only this shell can wait for perf to write its count.
+  kill -INT "$perf_pid" 2>/dev/null || true
+  wait "$perf_pid" 2>/dev/null || true
+  perf_field=$(awk -F, '$3 == "task-clock" { printf " perf_target_ms=%.1f", $1 }' "$work/perf.out")
+}
+
 load_averages() { cut -d' ' -f1-3 /proc/loadavg; }
 log "load average before: $(load_averages) (nproc $(nproc))"
 printf 'loadavg_before\t%s\n' "$(load_averages)" >>"$results"
@@ -309,9 +363,11 @@ for round in $(seq "$rounds"); do
       for t in "${order[@]}"; do
         cpu_snapshot "$t"
         before=$snapshot
+        perf_start "$t"
         line=$(run_wrk "$t" "$load" "$conc" "$seconds")
         cpu_snapshot "$t"
-        cpu=$(cpu_fields "$before" "$snapshot")
+        perf_stop
+        cpu="$(cpu_fields "$before" "$snapshot")$perf_field"
         log "round $round $load c=$conc $t: ${line#RESULT } $cpu"
         printf 'wrk\t%s\t%s\t%s\t%s\t%s %s\n' "$t" "$load" "$conc" "$round" "${line#RESULT }" "$cpu" >>"$results"
       done
@@ -336,7 +392,7 @@ for round in $(seq "$paced_rounds"); do
     [ "$t" = full-redis ] && admit0=$(admit_timing)
     line=$("$kit" paced --url "http://127.0.0.1:${port[$t]}/search" --rate "$paced_rate" \
       --seconds "$paced_seconds" --connections 16 --body-file "$BENCH_BODY" \
-      --header 'Content-Type: application/json' --header 'Authorization: Bearer bench-token' \
+      --header 'Content-Type: application/json' --header "Authorization: $(auth "$t")" \
       --header "X-Toolgate-Task: $BENCH_TASK")
     line+=" clk_tck=$clk_tck cpu_target_ticks=$(($(cpu_ticks "${pid[$t]}") - ticks0))"
     line+=" switches=$(($(switches "${pid[$t]}") - switches0))"

@@ -10,8 +10,8 @@ import sys
 from collections import defaultdict
 
 TARGETS = [
-    "direct", "nginx", "bare", "minimal", "full", "full-before", "full-approval",
-    "full-sampled", "full-redis",
+    "direct", "nginx", "bare", "minimal", "minimal-before", "full", "full-before", "full-approval",
+    "full-sampled", "full-redis", "full-jwt",
 ]
 NAMES = {
     "direct": "backend alone",
@@ -20,9 +20,11 @@ NAMES = {
     "minimal": "toolgate minimal",
     "full": "toolgate full",
     "full-before": "full, before",
+    "minimal-before": "minimal, before",
     "full-approval": "full + approval (false)",
     "full-sampled": "full, sampling 0.1",
     "full-redis": "full + redis",
+    "full-jwt": "full, agent JWT",
 }
 # The target column: the longest name and a space.
 W = max(len(n) for n in NAMES.values()) + 1
@@ -47,7 +49,45 @@ def cpu_per_call(f, target, requests):
         "sink": int(f["cpu_sink_ticks"]) * tick_us,
         "wrk": int(f["cpu_wrk_ms"]) * 1000,
     }
-    return {k: v / requests for k, v in us.items()}
+    per_call = {k: v / requests for k, v in us.items()}
+    # perf stat's task-clock over the same run: the independent count (run.sh, issue 49).
+    if "perf_target_ms" in f:
+        per_call["perf"] = float(f["perf_target_ms"]) * 1000 / requests
+    return per_call
+
+
+def issue_49_targets(cpu, med, paced, rss, direct_p99, verdict):
+    """Round three's targets (issue 49): ratios to the bare proxy's pooled CPU per call, and
+    the two counts of the target's CPU (/proc ticks and perf's task-clock) side by side."""
+    print("issue 49 targets (pooled CPU per call at c=64, ratios to the bare proxy's):")
+    for load in ("rest", "mcp"):
+        bare = cpu.get((load, 64, "bare"))
+        if not bare:
+            continue
+        for t, limit in (("full-jwt", 2.5), ("full", None), ("minimal", 1.3)):
+            c = cpu.get((load, 64, t))
+            if not c:
+                continue
+            r = c["pooled"] / bare["pooled"]
+            line = f"  {t} CPU per call ({load}): {c['pooled']:.1f} µs, {r:.2f}× bare's {bare['pooled']:.1f}"
+            print(line + (f" (≤ {limit}×) — {verdict(r <= limit)}" if limit else ""))
+        m, b = med.get((load, 64, "minimal")), med.get((load, 64, "bare"))
+        if m and b:
+            print(f"  minimal req/s ({load}): {m[0] / b[0]:.2f}× bare (≥ 0.85×) — {verdict(m[0] / b[0] >= 0.85)}")
+    if direct_p99 is not None and paced.get("full"):
+        added = (statistics.median(r[1] for r in paced["full"]) - direct_p99) / 1000
+        print(f"  full's added p99 at the fixed rate ≤ 0.3 ms: {added:+.3f} ms — {verdict(added <= 0.3)}")
+    for t in ("full", "full-jwt"):
+        r = rss.get(t, {})
+        if r.get("peak"):
+            print(f"  peak RSS ≤ 48 MB ({t}): {r['peak']:.1f} MB — {verdict(r['peak'] <= 48)}")
+    counted = [(k, c) for k, c in sorted(cpu.items()) if "perf" in c and k[1] == 64]
+    if counted:
+        print("  the two CPU counts at c=64, pooled µs per call: /proc ticks vs perf task-clock")
+        for (load, _conc, t), c in counted:
+            gap = (c["pooled"] / c["perf"] - 1) * 100 if c["perf"] else 0
+            print(f"    {load:<5} {NAMES[t]:<{W}}{c['pooled']:7.1f}{c['perf']:7.1f}  ({gap:+.1f}%)")
+    print()
 
 
 def main(path):
@@ -107,9 +147,9 @@ def main(path):
         measured = [r for r in runs if r[4]]
         if measured:
             per_part = {p: statistics.median(r[4][p] for r in measured) for p in CPU_PARTS}
-            per_part["box"] = statistics.median(sum(r[4].values()) for r in measured)
+            per_part["box"] = statistics.median(sum(r[4][p] for p in CPU_PARTS) for r in measured)
             # How busy the box's cores were: CPU per call times calls per second.
-            per_part["busy"] = statistics.median(sum(r[4].values()) * r[0] / 1e6 for r in measured)
+            per_part["busy"] = statistics.median(sum(r[4][p] for p in CPU_PARTS) * r[0] / 1e6 for r in measured)
             # The target's CPU per call from its cheapest round to its dearest: the noise a
             # difference between two targets must exceed to mean anything.
             per_part["spread"] = max(r[4]["target"] for r in measured) - min(r[4]["target"] for r in measured)
@@ -118,6 +158,9 @@ def main(path):
             # per-round ratios swings with the machine; the pooled ratio weighs each round
             # by its calls, and is the figure to compare builds by.
             per_part["pooled"] = sum(r[4]["target"] * r[0] for r in measured) / sum(r[0] for r in measured)
+            counted = [r for r in measured if "perf" in r[4]]
+            if counted:
+                per_part["perf"] = sum(r[4]["perf"] * r[0] for r in counted) / sum(r[0] for r in counted)
             cpu[key] = per_part
     cores = int(notes.get("cores", "0") or 0)
 
@@ -150,6 +193,7 @@ def main(path):
     if cpu:
         print("CPU per call at c=64, µs (median of rounds): the target, the backend behind it, the")
         print("OTLP sink, wrk, and all four; busy: the cores all four kept busy, of " + (f"{cores}" if cores else "?"))
+        print("pooled: the target's /proc ticks over all rounds' calls; perf: its task-clock by perf stat")
         for load in ("rest", "mcp"):
             for t in TARGETS:
                 c = cpu.get((load, 64, t))
@@ -158,6 +202,7 @@ def main(path):
                         f"  {load:<5} {NAMES[t]:<{W}}{c['target']:7.1f}{c['backend']:7.1f}{c['sink']:7.1f}"
                         f"{c['wrk']:7.1f}   all {c['box']:6.1f}   busy {c['busy']:.2f}"
                         f"   pooled {c['pooled']:6.1f}"
+                        + (f"   perf {c['perf']:6.1f}" if "perf" in c else "")
                     )
         print()
 
@@ -260,6 +305,7 @@ def main(path):
             f"    full's spread over its rounds {f['spread']:.1f} µs — costs nothing measurable: "
             f"{verdict(abs(diff) <= f['spread'])}"
         )
+    issue_49_targets(cpu, med, paced, rss, direct_p99, verdict)
     if paced.get("full-approval") and paced.get("full"):
         for i, name in ((0, "p50"), (1, "p99")):
             extra = (paced_median("full-approval", i) - paced_median("full", i)) / 1000
@@ -273,14 +319,16 @@ def main(path):
             r = ratio(load, conc, "full", "full-before")
             if r is not None:
                 print(f"  (optimization) full now vs before ({load}, c={conc}): {r:.2f}×")
-        now, before = cpu.get((load, 64, "full")), cpu.get((load, 64, "full-before"))
-        if now and before:
-            grew = (now["pooled"] / before["pooled"] - 1) * 100
-            print(
-                f"  full's CPU per call now vs before at c=64 ({load}), pooled over rounds: "
-                f"{now['pooled']:.1f} vs {before['pooled']:.1f} µs ({grew:+.1f}%; "
-                f"medians {now['target']:.1f} vs {before['target']:.1f}) — grows ≤ 5%: {verdict(grew <= 5)}"
-            )
+        for profile in ("full", "minimal"):
+            now, before = cpu.get((load, 64, profile)), cpu.get((load, 64, f"{profile}-before"))
+            if now and before:
+                grew = (now["pooled"] / before["pooled"] - 1) * 100
+                print(
+                    f"  {profile}'s CPU per call now vs before at c=64 ({load}), pooled over rounds: "
+                    f"{now['pooled']:.1f} vs {before['pooled']:.1f} µs ({grew:+.1f}%; "
+                    f"medians {now['target']:.1f} vs {before['target']:.1f}, spreads "
+                    f"{now['spread']:.1f} / {before['spread']:.1f}) — grows ≤ 5%: {verdict(grew <= 5)}"
+                )
     if paced.get("full-redis") and paced.get("full"):
         # Issue 21: shared state may cost at most one Redis round trip per call.
         rtt, admit = notes.get("redis_rtt"), notes.get("redis_admit_rtt")

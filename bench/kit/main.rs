@@ -7,6 +7,7 @@
 //!                     [--http-listen ADDR]           (and OTLP/HTTP, `POST /v1/traces`)
 //! benchkit paced      --url URL --rate N ...         open-loop load at a fixed rate
 //! benchkit task-token --agent ID                     a task token signed by the demo key
+//! benchkit agent-token --agent ID                    an agent JWT signed by the demo key
 //! benchkit session-memory [--count N]                RSS with N active sessions
 //! benchkit inproc --profile P --requests N            whole calls in one process (callgrind)
 //! benchkit redis-rtt --url URL -- COMMAND ...         one Redis round trip, toolgate's client
@@ -67,6 +68,12 @@ enum Command {
         #[arg(long)]
         agent: String,
     },
+    /// Prints an agent JWT (`Authorization: Bearer`) from the `agents` issuer, signed with
+    /// the same key.
+    AgentToken {
+        #[arg(long)]
+        agent: String,
+    },
     /// Resident memory of the limits state with this many active sessions.
     SessionMemory {
         #[arg(long, default_value_t = 100_000)]
@@ -114,6 +121,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::TaskToken { agent } => {
             println!("{}", task_token::sign(&agent)?);
+            Ok(())
+        }
+        Command::AgentToken { agent } => {
+            println!("{}", task_token::sign_agent(&agent)?);
             Ok(())
         }
         Command::SessionMemory { count } => session_memory::run(count),

@@ -19,6 +19,7 @@ end
 
 function common_headers()
   wrk.headers["Content-Type"] = "application/json"
-  wrk.headers["Authorization"] = "Bearer bench-token"
+  -- The target's credential: the static token, or an agent JWT (run.sh sets BENCH_AUTH).
+  wrk.headers["Authorization"] = os.getenv("BENCH_AUTH") or "Bearer bench-token"
   wrk.headers["X-Toolgate-Task"] = os.getenv("BENCH_TASK")
 end
