@@ -29,7 +29,7 @@ use crate::proxy::mcp::oauth::ResourceServer;
 use crate::proxy::mcp::origin::Guard;
 use crate::proxy::server::{serve, Closes, ConnLimits};
 use crate::proxy::stage::identify::Identity;
-use crate::proxy::upstream::Upstream;
+use crate::proxy::backend::upstream::Upstream;
 use crate::proxy::{pipeline, Gate};
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;

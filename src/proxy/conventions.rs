@@ -17,7 +17,7 @@ use http::{Method, Version};
 use opentelemetry::KeyValue;
 
 use crate::proxy::server::Connection;
-use crate::proxy::upstream::Upstream;
+use crate::proxy::backend::upstream::Upstream;
 
 /// What the request itself tells the span.
 #[derive(Debug, Clone)]

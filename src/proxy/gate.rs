@@ -7,7 +7,7 @@ use crate::config::Limits;
 use crate::limits::Ledger;
 use crate::policy::SnapshotReader;
 use crate::proxy::stage::identify::Identity;
-use crate::proxy::upstream::Upstream;
+use crate::proxy::backend::upstream::Upstream;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::Tracing;
 

@@ -26,7 +26,7 @@ use crate::proxy::gate::Gate;
 use crate::proxy::govern::{govern, Captured, Proposal, Verdict};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::proxy::upstream::{self, failure_reject};
+use crate::proxy::backend::upstream::{self, failure_reject};
 use crate::vocab::args::Args;
 use crate::vocab::{Code, Reject};
 use std::time::Duration;

@@ -26,7 +26,7 @@ use crate::proxy::body::Body;
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::upstream::{failure_reject, status_reject, Failure};
+use crate::proxy::backend::upstream::{failure_reject, status_reject, Failure};
 use crate::vocab::Reject;
 
 /// How long a passing message may take to get its response head (its body then streams

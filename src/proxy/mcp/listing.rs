@@ -18,7 +18,7 @@ use super::Exchange;
 use crate::policy::Snapshot;
 use crate::proxy::body::{full, Body};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::upstream::failure_reject;
+use crate::proxy::backend::upstream::failure_reject;
 use crate::vocab::{Code, Reject};
 
 /// A single tools/list POST.

@@ -20,8 +20,8 @@ use super::reply::Refusal;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
-use crate::proxy::exchange::{Exchange, Received};
-use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
+use crate::proxy::backend::exchange::{Exchange, Received};
+use crate::proxy::backend::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
 use crate::vocab::{Code, Recovery, Reject};
 
 /// The JSON-RPC answer for request `id`, shaped, from a shared outcome; the HTTP status

@@ -33,11 +33,11 @@ use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::body::{full, Body};
-use crate::proxy::exchange;
+use crate::proxy::backend::exchange;
 use crate::proxy::forward::{Plan, Sent, Stopped};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::proxy::upstream::status_reject;
+use crate::proxy::backend::upstream::status_reject;
 use crate::vocab::{Code, Reject};
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.

@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use std::sync::Arc;
 
 use crate::proxy::body::{read_body, Body};
-use crate::proxy::exchange::{send_buffered, MAX_BUFFERED_BYTES};
+use crate::proxy::backend::exchange::{send_buffered, MAX_BUFFERED_BYTES};
 use crate::proxy::forward::{forward, Plan, Sent, Stopped};
 use crate::proxy::gate::Gate;
 use crate::proxy::govern::{govern, Captured, Proposal};

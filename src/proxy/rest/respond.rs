@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use crate::limits::dedupe::Settled;
 use crate::policy::contract::Contract;
 use crate::proxy::body::{full, read_limited, Body, ReadError};
-use crate::proxy::exchange::Exchange;
+use crate::proxy::backend::exchange::Exchange;
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend};
 use crate::proxy::stage::shape;
-use crate::proxy::upstream::{failure_reject, status_reject};
+use crate::proxy::backend::upstream::{failure_reject, status_reject};
 use crate::vocab::{Code, Reject};
 
 /// The request the backend receives: as it came, with toolgate's headers and, when
@@ -76,7 +76,7 @@ pub async fn streamed(
         .await
         .map_err(|e| match e {
             ReadError::TimedOut => failure_reject(
-                crate::proxy::upstream::Failure::TimedOut,
+                crate::proxy::backend::upstream::Failure::TimedOut,
                 contract.idempotent,
                 contract.timeout,
             ),

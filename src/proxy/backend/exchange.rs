@@ -19,7 +19,7 @@ use crate::limits::backoff::Backoff;
 use crate::limits::dedupe::{Buffered, Ran, Settled};
 use crate::proxy::body::{read_limited, ReadError};
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
-use crate::proxy::upstream::{failure_reject, status_reject, Failure, Upstream};
+use crate::proxy::backend::upstream::{failure_reject, status_reject, Failure, Upstream};
 use crate::vocab::{Code, Recovery, Reject};
 
 /// Largest non-idempotent result kept for replay; such results are small JSON, and every
