@@ -16,8 +16,8 @@ use http::request::Parts;
 use http::{Method, Version};
 use opentelemetry::KeyValue;
 
-use crate::proxy::server::Connection;
 use crate::proxy::backend::upstream::Upstream;
+use crate::proxy::server::Connection;
 
 /// What the request itself tells the span.
 #[derive(Debug, Clone)]

@@ -24,12 +24,13 @@ use crate::limits::Call;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
-use crate::proxy::conventions;
 use crate::proxy::backend::exchange::{send_retrying, Exchange, Received};
+use crate::proxy::backend::upstream::Upstream;
+use crate::proxy::backend::Asked;
+use crate::proxy::conventions;
 use crate::proxy::gate::Gate;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::session;
-use crate::proxy::backend::upstream::{failure_reject, Upstream};
 use crate::state::{self, admit::Admission, admit::Limits};
 use crate::telemetry::convention_metrics::{self, ErrorType};
 use crate::telemetry::metrics::Metrics;
@@ -165,7 +166,7 @@ where
         } else {
             exchange.send_once(&gate.upstream, contract.timeout).await
         };
-        let response = response.map_err(|f| failure_reject(f, true, contract.timeout));
+        let response = response.map_err(|f| f.reject(Asked::call(true, contract.timeout)));
         let (status, failure) = match &response {
             Ok(response) => (Some(response.status().as_u16()), None),
             Err(reject) => (None, Some(reject.code.as_str())),

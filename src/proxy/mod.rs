@@ -4,6 +4,7 @@ pub mod action;
 pub mod anonymous;
 pub mod backend;
 pub mod body;
+pub mod call;
 pub mod conventions;
 pub mod decide;
 pub mod detach;

@@ -10,4 +10,6 @@
 //!   answer. REST and MCP both call it; nothing else decides either.
 
 pub mod exchange;
+pub mod failure;
 pub mod upstream;
+pub use failure::{status_reject, Asked, Failure};

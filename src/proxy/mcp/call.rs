@@ -1,6 +1,6 @@
-//! tools/call: the message becomes a proposal for the governing core (`proxy::govern`),
-//! the same decision a REST call gets; then forward, then shape the tool result's
-//! `structuredContent` with `output` / `redact`.
+//! tools/call: the message becomes a proposal for the one call sequence
+//! (`proxy::call::run`), the same a REST call runs; the answer's tool result then has
+//! its `structuredContent` shaped with `output` / `redact`.
 //!
 //! Shaping a result also rewrites its `content` to the shaped JSON as one text item: the
 //! SDKs put the same data there, and a redacted field must not survive in the text copy.
@@ -13,7 +13,6 @@ use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::answer::Failure;
 use super::jsonrpc::Message;
 use super::reply::Refusal;
 use super::Exchange;
@@ -23,32 +22,21 @@ use crate::policy::contract::Contract;
 use crate::policy::schema::empty_args;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::gate::Gate;
-use crate::proxy::govern::{govern, Captured, Proposal, Verdict};
+use crate::proxy::govern::{Proposal, Verdict};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::proxy::backend::upstream::{self, failure_reject};
 use crate::vocab::args::Args;
 use crate::vocab::{Code, Reject};
 use std::time::Duration;
 
-/// A call the gate let through, and the message to forward.
-pub struct Permit<'s> {
-    pub tool: ToolId,
-    /// The gate's verdict: contract, policy, arguments and the call's one identity
-    /// ([`Verdict::call`]).
-    pub verdict: Verdict<'s>,
-    pub body: Bytes,
-}
-
-/// Decides a tools/call through the governing core. `original` is the message as it
-/// arrived, forwarded unchanged unless defaults were filled into its arguments.
-pub async fn decide<'s>(
+/// The proposal a tools/call makes, and its tool: the message's `params.name` and
+/// `params.arguments` (taken out of the message, which is forwarded as its original
+/// bytes or rebuilt with the checked arguments, [`with_defaults`]) and its round.
+pub fn proposal<'s>(
     ex: &'s Exchange<'_>,
-    snapshot: &'s Snapshot,
+    snapshot: &Snapshot,
     message: &mut Message,
-    original: Bytes,
-    outcome: &mut Outcome,
-) -> Result<Permit<'s>, Refusal> {
+) -> Result<(ToolId, Proposal<'s>), Refusal> {
     let params = message.params();
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Err(Refusal::of_call(Reject::new(
@@ -62,19 +50,15 @@ pub async fn decide<'s>(
             format!("no tool named {name:?} is registered"),
         )));
     };
-    // Taken, not copied: the message is forwarded as its original bytes, or rebuilt
-    // below with the filled arguments put back.
     let args = message
         .params_mut()
         .and_then(|p| p.remove("arguments"))
         .filter(|a| !a.is_null())
         .map_or_else(|| Args::from(empty_args()), Args::from);
-    outcome.proposed(snapshot.contract(tool), &args);
-    let round = round_of(message);
     let proposal = Proposal {
         tool,
         args,
-        round,
+        round: round_of(message),
         idempotency_key: ex.idempotency_key,
         agent: ex.agent,
         method: ex.parts.method.as_str(),
@@ -83,26 +67,20 @@ pub async fn decide<'s>(
         session: ex.session,
         trace_id: &ex.trace_id,
     };
-    let mut captured = Captured::default();
-    let verdict = govern(&ex.gate.governor(), snapshot, proposal, &mut captured).await;
-    outcome.captured(captured);
-    let verdict = verdict.map_err(Refusal::of_call)?;
-    outcome.governed(&verdict);
-    // The backend runs what was checked: filled defaults travel with the call.
-    let body = if verdict.args.filled {
-        let mut object = message.object.clone();
-        if let Some(Value::Object(params)) = object.get_mut("params") {
-            params.insert("arguments".into(), verdict.args.value().clone());
-        }
-        Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
-    } else {
-        original
-    };
-    Ok(Permit {
-        tool,
-        verdict,
-        body,
-    })
+    Ok((tool, proposal))
+}
+
+/// The message the backend runs: what was checked, so filled defaults travel with the
+/// call; else the message as it arrived (`original`).
+pub fn with_defaults(message: &Message, verdict: &Verdict<'_>, original: Bytes) -> Bytes {
+    if !verdict.args.filled {
+        return original;
+    }
+    let mut object = message.object.clone();
+    if let Some(Value::Object(params)) = object.get_mut("params") {
+        params.insert("arguments".into(), verdict.args.value().clone());
+    }
+    Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
 }
 
 /// What a retry of a multi-round call (2026-07-28) carries besides the arguments: the
@@ -159,35 +137,6 @@ fn shape_result(contract: &Contract, result: &mut Map<String, Value>) -> Result<
     result.insert("content".into(), json!([{"type": "text", "text": text}]));
     result.insert("structuredContent".into(), shaped);
     Ok(())
-}
-
-/// The refusal for a response that could not be read.
-pub fn failure_to_reject(failure: Failure, contract: &Contract) -> Reject {
-    match failure {
-        Failure::TimedOut => failure_reject(
-            upstream::Failure::TimedOut,
-            contract.idempotent,
-            contract.timeout,
-        ),
-        Failure::Broken => Reject::new(
-            Code::BackendUnavailable,
-            "the backend connection broke before the tool's result arrived",
-        ),
-        // A call collected whole (a batch's) can't follow the session's resumed stream.
-        Failure::Resumable => Reject::new(
-            Code::BackendUnavailable,
-            "the backend closed the call's event stream before its result, to be resumed \
-             on the session's stream; send the call on its own to follow it",
-        ),
-        Failure::TooLarge(n) => Reject::new(
-            Code::OutputContractViolation,
-            format!("the tool's result is larger than {n} bytes"),
-        ),
-        Failure::NotAnAnswer => Reject::new(
-            Code::OutputContractViolation,
-            "the backend's answer is not a JSON-RPC response to the call",
-        ),
-    }
 }
 
 /// The audit record of a streamed call whose result turns out refused after the call's

@@ -22,11 +22,12 @@ use super::jsonrpc::Message;
 use super::reply::{Refusal, INTERNAL_ERROR};
 use super::{modern, Exchange};
 use crate::policy::Snapshot;
+use crate::proxy::backend::failure::unanswered_status;
+use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::Body;
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::backend::upstream::{failure_reject, status_reject, Failure};
 use crate::vocab::Reject;
 
 /// How long a passing message may take to get its response head (its body then streams
@@ -109,7 +110,7 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
     };
     let response = send(ex, request)
         .await
-        .map_err(|f| failure_reject(f, true, PASS_TIMEOUT))?;
+        .map_err(|f| f.reject(Asked::message(PASS_TIMEOUT)))?;
     outcome.passed();
     outcome.answered(response.status().as_u16());
     if method == Method::DELETE && response.status().is_success() {
@@ -157,8 +158,8 @@ pub async fn pass(
     let response = match send(ex, request).await {
         Ok(response) => response,
         Err(failure) => {
-            let refusal =
-                Refusal::error(INTERNAL_ERROR, failure_reject(failure, true, PASS_TIMEOUT));
+            let reject = failure.reject(Asked::message(PASS_TIMEOUT));
+            let refusal = Refusal::error(INTERNAL_ERROR, reject);
             return ex.refuse(outcome, refusal, &message.reply_id());
         }
     };
@@ -200,22 +201,18 @@ pub async fn collect(
     };
     let response = send(ex, request)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, failure_reject(f, true, timeout)))?;
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))?;
     let status = response.status();
     if !status.is_success() {
         return match answer::rpc_error(response, timeout).await {
             Some((_, bytes)) => Ok(answer::with_id(&bytes, &id)),
-            None => {
-                let reject = status_reject(status)
-                    .unwrap_or_else(|| answer::unread_reject(answer::Failure::NotAnAnswer));
-                Err(Refusal::error(INTERNAL_ERROR, reject))
-            }
+            None => Err(Refusal::error(INTERNAL_ERROR, unanswered_status(status).0)),
         };
     }
     let deadline = tokio::time::Instant::now() + timeout;
     answer::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, answer::unread_reject(f)))
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))
 }
 
 /// Forwards a notification or response of a batch; nothing answers it.
@@ -247,7 +244,7 @@ impl answer::Rewrite for Replayed {
         message
     }
 
-    fn failed(&mut self, _: answer::Failure) -> Value {
+    fn failed(&mut self, _: Failure) -> Value {
         Value::Null
     }
 

@@ -9,16 +9,16 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::answer::{self, rewrite_sse, shape_of, unread_reject, Failure, Rewrite, Shape};
+use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
 use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
 use super::list;
 use super::reply::{Refusal, INTERNAL_ERROR};
 use super::Exchange;
 use crate::policy::Snapshot;
+use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::{full, Body};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::backend::upstream::failure_reject;
 use crate::vocab::{Code, Reject};
 
 /// A single tools/list POST.
@@ -42,7 +42,7 @@ pub async fn single(
     let response = match forward::send(ex, request).await {
         Ok(response) => response,
         Err(failure) => {
-            let reject = failure_reject(failure, true, PASS_TIMEOUT);
+            let reject = failure.reject(Asked::message(PASS_TIMEOUT));
             return ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id);
         }
     };
@@ -77,7 +77,7 @@ pub async fn single(
             Response::from_parts(parts, full(bytes))
         }
         Shape::Other => {
-            let reject = unread_reject(Failure::NotAnAnswer);
+            let reject = Failure::NotAnAnswer.reject(Asked::message(PASS_TIMEOUT));
             ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id)
         }
     }
@@ -136,10 +136,7 @@ impl Rewrite for ListRewrite {
     }
 
     fn failed(&mut self, failure: Failure) -> Value {
-        Refusal::error(INTERNAL_ERROR, unread_reject(failure)).message(
-            &self.id,
-            &self.trace_id,
-            self.modern,
-        )
+        let reject = failure.reject(Asked::message(PASS_TIMEOUT));
+        Refusal::error(INTERNAL_ERROR, reject).message(&self.id, &self.trace_id, self.modern)
     }
 }

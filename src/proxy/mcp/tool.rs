@@ -19,8 +19,8 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
-use super::call::{self, failure_to_reject, shape_answer, FollowUp};
+use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
+use super::call::{self, shape_answer, FollowUp};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
 use super::live::{self, Relayed};
@@ -32,12 +32,15 @@ use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
-use crate::proxy::body::{full, Body};
 use crate::proxy::backend::exchange;
-use crate::proxy::forward::{Plan, Sent, Stopped};
+use crate::proxy::backend::failure::unanswered_status;
+use crate::proxy::backend::{Asked, Failure};
+use crate::proxy::body::{full, Body};
+use crate::proxy::call::Door;
+use crate::proxy::forward::Sent;
+use crate::proxy::govern::Verdict;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::proxy::backend::upstream::status_reject;
 use crate::vocab::{Code, Reject};
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
@@ -122,7 +125,8 @@ enum Reply {
     },
 }
 
-/// Decides the call and, when it may run, forwards it; 2xx answers only come back live.
+/// Runs the call through the one sequence (`proxy::call::run`); 2xx answers only come
+/// back live.
 async fn forward_call(
     ex: &Exchange<'_>,
     message: &mut Message,
@@ -136,17 +140,8 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
-    let permit = call::decide(ex, &snapshot, message, original, outcome).await?;
-    let contract = permit.verdict.contract;
-    let limited = permit.verdict.call();
-    let request = Outbound {
-        method: Method::POST,
-        tool: Some(&contract.tool),
-        body: permit.body,
-        split,
-        timeout: contract.timeout,
-    };
-    let (path_and_query, headers) = forward::outbound(ex, &request);
+    let (tool, proposal) = call::proposal(ex, &snapshot, message)?;
+    let contract = snapshot.contract(tool);
     // The lead of a call that runs at most once streams its progress as it comes; a
     // batch element is collected whole.
     let live = !contract.idempotent && !split;
@@ -159,40 +154,50 @@ async fn forward_call(
         false => (None, None),
     };
     let id = message.reply_id();
-    let plan = Plan {
-        live,
-        contract,
-        policy: permit.verdict.policy,
-        call: &limited,
-        joins_only: permit.verdict.joins_only,
-        exchange: exchange::Exchange {
+    let request = |verdict: &Verdict<'_>| {
+        let body = call::with_defaults(message, verdict, original);
+        let out = Outbound {
+            method: Method::POST,
+            tool: Some(&verdict.contract.tool),
+            body,
+            split,
+            timeout: verdict.contract.timeout,
+        };
+        let (path_and_query, headers) = forward::outbound(ex, &out);
+        exchange::Exchange {
             method: Method::POST,
             path_and_query,
             headers,
-            body: request.body,
-        },
-        parent: outcome.span(),
-        mcp: true,
-        rpc_id: Some(&id),
-        retry: false,
+            body: out.body,
+        }
     };
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
     // under its own (once::answer).
     let answer_id = id.clone();
-    let buffer = move |upstream, exchange, window, max| {
-        once::collect(upstream, exchange, answer_id, window, max, tap)
+    let door = Door {
+        rpc_id: Some(&id),
+        retry: false,
+        live,
+        buffer: move |upstream, exchange, window, max| {
+            once::collect(upstream, exchange, answer_id, window, max, tap)
+        },
     };
-    let forwarded = match crate::proxy::forward::forward(ex.gate, plan, buffer).await {
-        Ok(forwarded) => forwarded,
-        Err(Stopped::Denied(reject)) => {
-            outcome.denied(&reject);
-            return Err(Refusal::of_call(reject));
-        }
-        Err(Stopped::Failed(reject)) => return Err(Refusal::of_call(reject)),
-    };
-    forwarded.note(outcome);
-    let tool = permit.tool;
-    match forwarded.sent {
+    let delivery = crate::proxy::call::run(ex.gate, &snapshot, proposal, request, door, outcome)
+        .await
+        .map_err(Refusal::of_call)?;
+    reply(snapshot.clone(), tool, delivery.sent, relays, deadline)
+}
+
+/// What the backend gave a call, as this front door delivers it.
+fn reply(
+    snapshot: Arc<Snapshot>,
+    tool: ToolId,
+    sent: Sent,
+    relays: Option<oneshot::Receiver<Relayed>>,
+    deadline: tokio::time::Instant,
+) -> Result<Reply, Refusal> {
+    let contract = snapshot.contract(tool);
+    match sent {
         // Only a live plan leads this way, and a live plan has its relays.
         Sent::Leading { flight } => match relays {
             Some(relays) => Ok(Reply::Leading(Leading {
@@ -207,26 +212,23 @@ async fn forward_call(
                 "the gateway failed to handle the call",
             ))),
         },
-        Sent::Settled { settled, replayed } => {
-            outcome.replayed(replayed);
-            Ok(Reply::Once {
-                snapshot,
-                tool,
-                settled,
-            })
-        }
+        Sent::Settled { settled, .. } => Ok(Reply::Once {
+            snapshot,
+            tool,
+            settled,
+        }),
         Sent::Live { response, sent } => {
-            outcome.answered(response.status().as_u16());
             if response.status() == StatusCode::ACCEPTED {
                 return Err(Refusal::of_call(Reject::new(
                     Code::BackendError,
                     "the backend accepted the call without answering it",
                 )));
             }
+            let deadline = tokio::time::Instant::from_std(sent + contract.timeout);
             Ok(Reply::Live(Live {
                 tool,
                 response,
-                deadline: tokio::time::Instant::from_std(sent + contract.timeout),
+                deadline,
                 snapshot,
             }))
         }
@@ -325,6 +327,11 @@ fn may_resume(ex: &Exchange<'_>, id: &Value, contract: &Contract) {
     }
 }
 
+/// What a call under `contract` asked of the backend, for the refusal of its failure.
+fn asked(contract: &Contract) -> Asked {
+    Asked::call(contract.idempotent, contract.timeout)
+}
+
 /// Whether a tools/call answer is the tool's own error (`isError: true`).
 fn is_tool_error(message: &Value) -> bool {
     message.pointer("/result/isError") == Some(&Value::Bool(true))
@@ -375,7 +382,7 @@ async fn deliver(
             let (mut parts, incoming) = response.into_parts();
             let value = answer::read_json(incoming, id, max, deadline)
                 .await
-                .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+                .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
             if is_tool_error(&shaped) {
                 outcome.tool_error();
@@ -387,10 +394,9 @@ async fn deliver(
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             Ok(Response::from_parts(parts, full(bytes)))
         }
-        _ if shaped => Err(Refusal::of_call(failure_to_reject(
-            Failure::NotAnAnswer,
-            contract,
-        ))),
+        _ if shaped => Err(Refusal::of_call(
+            Failure::NotAnAnswer.reject(asked(contract)),
+        )),
         // Unread, but watched: a tool's own error still marks the call's span.
         Shape::Json => Ok(watched(ex, response, outcome)),
         _ => Ok(stream_through(response)),
@@ -439,7 +445,7 @@ async fn collect(ex: &Exchange<'_>, live: Live, id: &Value) -> Result<Value, Ref
     let max = ex.gate.limits.max_response_bytes;
     let value = answer::collect(response, id, max, deadline)
         .await
-        .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+        .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
     shape_answer(contract, value).map_err(Refusal::of_call)
 }
 
@@ -451,12 +457,7 @@ async fn upstream_error(
     let status = response.status();
     answer::rpc_error(response, contract.timeout)
         .await
-        .ok_or_else(|| {
-            let reject = status_reject(status).unwrap_or_else(|| {
-                Reject::new(Code::BackendError, "the backend did not answer the call")
-            });
-            Refusal::of_call(reject)
-        })
+        .ok_or_else(|| Refusal::of_call(unanswered_status(status).0))
 }
 
 /// Shapes the result event of a streamed call.
@@ -513,7 +514,7 @@ impl Rewrite for CallRewrite {
     }
 
     fn failed(&mut self, failure: Failure) -> Value {
-        let reject = failure_to_reject(failure, self.snapshot.contract(self.tool));
+        let reject = failure.reject(asked(self.snapshot.contract(self.tool)));
         self.refused(reject)
     }
 }
