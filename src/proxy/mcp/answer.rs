@@ -17,8 +17,8 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::jsonrpc::{answer_in, is_response};
-use super::live::Tap;
 use super::sse::{Event, Parser};
+use super::tools_call::live::Tap;
 use crate::proxy::backend::Failure;
 use crate::proxy::body::{read_limited, Body, BoxError};
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};

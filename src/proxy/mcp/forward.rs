@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::answer;
-use super::call::shape_answer;
 use super::jsonrpc::Message;
 use super::reply::{Refusal, INTERNAL_ERROR};
-use super::{modern, Exchange};
+use super::tools_call::result::shape_answer;
+use super::{routing_headers, Inbound};
 use crate::policy::Snapshot;
 use crate::proxy::backend::failure::unanswered_status;
 use crate::proxy::backend::{Asked, Failure};
@@ -44,7 +44,7 @@ pub struct Outbound<'a> {
     pub timeout: Duration,
 }
 
-pub async fn send(ex: &Exchange<'_>, out: Outbound<'_>) -> Result<Response<Incoming>, Failure> {
+pub async fn send(ex: &Inbound<'_>, out: Outbound<'_>) -> Result<Response<Incoming>, Failure> {
     let (path, headers) = outbound(ex, &out);
     ex.gate
         .upstream
@@ -54,7 +54,7 @@ pub async fn send(ex: &Exchange<'_>, out: Outbound<'_>) -> Result<Response<Incom
 
 /// The path and headers an outbound message carries: the agent's headers, cleaned and
 /// stamped, with the upstream's own Host.
-pub fn outbound(ex: &Exchange<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
+pub fn outbound(ex: &Inbound<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
     let mut headers = to_backend(
         &ex.parts.headers,
         &ex.agent.id,
@@ -67,8 +67,8 @@ pub fn outbound(ex: &Exchange<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
     // The upstream's own Host, set from its URL by the client.
     headers.remove(header::HOST);
     if out.split {
-        headers.remove(modern::METHOD);
-        headers.remove(modern::NAME);
+        headers.remove(routing_headers::METHOD);
+        headers.remove(routing_headers::NAME);
     }
     if !out.body.is_empty() {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(out.body.len()));
@@ -99,7 +99,7 @@ pub fn stream_through(response: Response<Incoming>) -> Response<Body> {
 /// GET (the server's event stream) and DELETE (session end). A GET that resumes a broken
 /// stream may replay responses: one that answers a call of this session is shaped by
 /// that call's contract ([`Replayed`]), any other is dropped.
-pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
+pub async fn stream(ex: &Inbound<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
     let method = ex.parts.method.clone();
     let request = Outbound {
         method: method.clone(),
@@ -142,7 +142,7 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
 /// Forwards one message that passes, streaming its answer back. The session an
 /// `initialize` opens is recorded as this agent's.
 pub async fn pass(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &Message,
     body: Bytes,
     outcome: &mut Outcome,
@@ -187,7 +187,7 @@ pub async fn pass(
 /// Forwards one request of a batch and collects its answer (`None` for notifications and
 /// responses, which get none).
 pub async fn collect(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &Message,
     timeout: Duration,
 ) -> Result<Value, Refusal> {
@@ -216,7 +216,7 @@ pub async fn collect(
 }
 
 /// Forwards a notification or response of a batch; nothing answers it.
-pub async fn notify(ex: &Exchange<'_>, message: &Message) {
+pub async fn notify(ex: &Inbound<'_>, message: &Message) {
     let request = Outbound {
         method: Method::POST,
         tool: None,

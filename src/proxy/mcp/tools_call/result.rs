@@ -13,9 +13,6 @@ use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::jsonrpc::Message;
-use super::reply::Refusal;
-use super::Exchange;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
@@ -23,6 +20,9 @@ use crate::policy::schema::empty_args;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::gate::Gate;
 use crate::proxy::govern::{Proposal, Verdict};
+use crate::proxy::mcp::jsonrpc::Message;
+use crate::proxy::mcp::reply::Refusal;
+use crate::proxy::mcp::Inbound;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::vocab::args::Args;
@@ -33,7 +33,7 @@ use std::time::Duration;
 /// `params.arguments` (taken out of the message, which is forwarded as its original
 /// bytes or rebuilt with the checked arguments, [`with_defaults`]) and its round.
 pub fn proposal<'s>(
-    ex: &'s Exchange<'_>,
+    ex: &'s Inbound<'_>,
     snapshot: &Snapshot,
     message: &mut Message,
 ) -> Result<(ToolId, Proposal<'s>), Refusal> {

@@ -11,6 +11,11 @@
 //!
 //! In a batch each call is collected whole and gets its own audit record.
 
+pub mod live;
+pub mod once;
+pub mod result;
+pub mod tool_error;
+
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -20,14 +25,10 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
-use super::call::{self, shape_answer, FollowUp};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
-use super::live::{self, Relayed};
-use super::once;
 use super::reply::{self, Refusal};
-use super::tool_error;
-use super::Exchange;
+use super::Inbound;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
@@ -42,10 +43,12 @@ use crate::proxy::govern::Verdict;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::vocab::{Code, Reject};
+use live::Relayed;
+use result::{self as call, shape_answer, FollowUp};
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
 pub async fn single(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     mut message: Message,
     original: Bytes,
     outcome: &mut Outcome,
@@ -65,7 +68,7 @@ pub async fn single(
 }
 
 /// One tools/call of a batch, with its own audit record; returns its answer.
-pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
+pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
     let mut outcome = ex.element_outcome();
     // A single call's message is noted by the dispatch (mcp::single), an element's here.
     outcome.mcp_message("tools/call", message.id.as_ref(), None);
@@ -128,7 +131,7 @@ enum Reply {
 /// Runs the call through the one sequence (`proxy::call::run`); 2xx answers only come
 /// back live.
 async fn forward_call(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &mut Message,
     original: Bytes,
     outcome: &mut Outcome,
@@ -256,7 +259,7 @@ fn once_response(
 /// The answer to a call this request leads: an event stream relayed live when the
 /// upstream streams, else the settled outcome as one JSON answer.
 async fn lead(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     leading: Leading,
     id: &Value,
     outcome: &mut Outcome,
@@ -319,7 +322,7 @@ async fn lead(
 /// A call answered with an event stream: if the stream breaks, its answer may come back
 /// on the session's resumed stream instead, so remember which tool it called
 /// (`pending`). A call answered with one JSON body can't be resumed.
-fn may_resume(ex: &Exchange<'_>, id: &Value, contract: &Contract) {
+fn may_resume(ex: &Inbound<'_>, id: &Value, contract: &Contract) {
     if let Some(session) = ex.mcp_session().filter(|_| !id.is_null()) {
         ex.gate
             .mcp_pending
@@ -347,7 +350,7 @@ fn unsettled(timeout: std::time::Duration) -> Reject {
 
 /// The answer to a single call, streamed where it can be.
 async fn deliver(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     live: Live,
     id: &Value,
     outcome: &mut Outcome,
@@ -406,7 +409,7 @@ async fn deliver(
 /// An unshaped JSON answer, streamed through as it arrives while [`tool_error::Scan`]
 /// looks for `result.isError: true`; the call's span ends with the stream and says so.
 fn watched(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     response: Response<Incoming>,
     outcome: &mut Outcome,
 ) -> Response<Body> {
@@ -430,7 +433,7 @@ fn watched(
 }
 
 /// The answer to a call of a batch, read whole.
-async fn collect(ex: &Exchange<'_>, live: Live, id: &Value) -> Result<Value, Refusal> {
+async fn collect(ex: &Inbound<'_>, live: Live, id: &Value) -> Result<Value, Refusal> {
     let Live {
         snapshot,
         tool,
@@ -475,7 +478,7 @@ impl CallRewrite {
     /// the call's span, which ends with the stream, and a refusal found in the stream gets
     /// a record of its own ([`FollowUp`]).
     fn new(
-        ex: &Exchange<'_>,
+        ex: &Inbound<'_>,
         snapshot: Arc<Snapshot>,
         tool: ToolId,
         id: &Value,

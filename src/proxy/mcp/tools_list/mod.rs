@@ -1,8 +1,10 @@
-//! tools/list on the wire: forwarded, and its result filtered ([`list::filter`]) before
+//! tools/list on the wire: forwarded, and its result filtered ([`filter::filter`]) before
 //! the agent sees it, whether it comes back as JSON or inside an SSE stream.
 //!
 //! The listing is never passed on unchecked: an answer toolgate can't read (not JSON,
 //! too large, late) becomes a JSON-RPC error instead of the backend's list.
+
+pub mod filter;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
@@ -12,9 +14,9 @@ use std::sync::Arc;
 use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
 use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
-use super::list;
+
 use super::reply::{Refusal, INTERNAL_ERROR};
-use super::Exchange;
+use super::Inbound;
 use crate::policy::Snapshot;
 use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::{full, Body};
@@ -23,7 +25,7 @@ use crate::vocab::{Code, Reject};
 
 /// A single tools/list POST.
 pub async fn single(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &Message,
     body: Bytes,
     outcome: &mut Outcome,
@@ -84,7 +86,7 @@ pub async fn single(
 }
 
 /// One tools/list of a batch: its filtered answer.
-pub async fn element(ex: &Exchange<'_>, message: &Message) -> Value {
+pub async fn element(ex: &Inbound<'_>, message: &Message) -> Value {
     let id = message.reply_id();
     let Some(snapshot) = ex.snapshot.clone() else {
         return not_ready().message(&id, ex.trace_id(), false);
@@ -112,7 +114,7 @@ struct ListRewrite {
 }
 
 impl ListRewrite {
-    fn new(ex: &Exchange<'_>, snapshot: Arc<Snapshot>, id: Value) -> ListRewrite {
+    fn new(ex: &Inbound<'_>, snapshot: Arc<Snapshot>, id: Value) -> ListRewrite {
         ListRewrite {
             snapshot,
             agent: ex.agent.id.clone(),
@@ -126,7 +128,7 @@ impl ListRewrite {
 impl Rewrite for ListRewrite {
     fn answer(&mut self, mut message: Value) -> Value {
         if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) {
-            list::filter(
+            filter::filter(
                 result,
                 &self.snapshot,
                 self.snapshot.policy_for(&self.agent),

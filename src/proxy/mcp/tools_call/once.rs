@@ -13,16 +13,16 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use std::time::Duration;
 
-use super::answer;
-use super::call::shape_answer;
 use super::live::Tap;
-use super::reply::Refusal;
+use super::result::shape_answer;
 use crate::limits::dedupe::{Buffered, Settled};
 use crate::policy::contract::Contract;
 use crate::proxy::backend::exchange::{Exchange, Received};
 use crate::proxy::backend::failure::status_settled;
 use crate::proxy::backend::upstream::Upstream;
 use crate::proxy::backend::Asked;
+use crate::proxy::mcp::answer;
+use crate::proxy::mcp::reply::Refusal;
 
 /// The JSON-RPC answer for request `id`, shaped, from a shared outcome; the HTTP status
 /// rides along for JSON-RPC errors an upstream sent with a 4xx.
