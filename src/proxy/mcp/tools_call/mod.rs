@@ -1,4 +1,13 @@
-//! A governed tools/call end to end: decide ([`call::govern`]), forward, deliver.
+//! MCP `tools/call`, the front door's side of the one call sequence
+//! (`proxy::call::run`): the message becomes a [`proposal`], the call runs, and what
+//! the backend gave is delivered as a JSON-RPC answer, refusals rendered here only.
+//!
+//! - [`proposal`]: message → `Proposal`, and the message the backend runs;
+//! - [`once`]: the JSON-RPC collector of an at-most-once call, and its shared answer;
+//! - [`live`]: an at-most-once lead's progress, relayed while the call runs;
+//! - [`result`]: the tool result shaped by its contract;
+//! - [`follow_up`]: the record of a streamed call after its head went out;
+//! - [`tool_error`]: spotting `isError: true` in an answer streamed through unread.
 //!
 //! Delivery depends on what the upstream answers:
 //! - JSON: streamed through when the contract shapes nothing, else read (bounded by
@@ -11,8 +20,10 @@
 //!
 //! In a batch each call is collected whole and gets its own audit record.
 
+pub mod follow_up;
 pub mod live;
 pub mod once;
+pub mod proposal;
 pub mod result;
 pub mod tool_error;
 
@@ -43,8 +54,9 @@ use crate::proxy::govern::Verdict;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::vocab::{Code, Reject};
+use follow_up::FollowUp;
 use live::Relayed;
-use result::{self as call, shape_answer, FollowUp};
+use result::shape_answer;
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
 pub async fn single(
@@ -143,7 +155,7 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
-    let (tool, proposal) = call::proposal(ex, &snapshot, message)?;
+    let (tool, proposal) = proposal::proposal(ex, &snapshot, message)?;
     let contract = snapshot.contract(tool);
     // The lead of a call that runs at most once streams its progress as it comes; a
     // batch element is collected whole.
@@ -158,7 +170,7 @@ async fn forward_call(
     };
     let id = message.reply_id();
     let request = |verdict: &Verdict<'_>| {
-        let body = call::with_defaults(message, verdict, original);
+        let body = proposal::with_defaults(message, verdict, original);
         let out = Outbound {
             method: Method::POST,
             tool: Some(&verdict.contract.tool),

@@ -1,6 +1,5 @@
-//! tools/call: the message becomes a proposal for the one call sequence
-//! (`proxy::call::run`), the same a REST call runs; the answer's tool result then has
-//! its `structuredContent` shaped with `output` / `redact`.
+//! A tools/call's result shaped by its contract: `structuredContent` held to `output`
+//! and redacted with `redact`.
 //!
 //! Shaping a result also rewrites its `content` to the shaped JSON as one text item: the
 //! SDKs put the same data there, and a redacted field must not survive in the text copy.
@@ -8,94 +7,11 @@
 //! but not held to `output`. When shaping is needed, a successful result without
 //! `structuredContent` is refused (`OUTPUT_CONTRACT_VIOLATION`): toolgate can't check it.
 
-use bytes::Bytes;
 use serde_json::{json, Map, Value};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use crate::limits::dedupe::{Flight, Settled};
-use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
-use crate::policy::schema::empty_args;
-use crate::policy::{Snapshot, ToolId};
-use crate::proxy::gate::Gate;
-use crate::proxy::govern::{Proposal, Verdict};
-use crate::proxy::mcp::jsonrpc::Message;
-use crate::proxy::mcp::reply::Refusal;
-use crate::proxy::mcp::Inbound;
-use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::vocab::args::Args;
 use crate::vocab::{Code, Reject};
-use std::time::Duration;
-
-/// The proposal a tools/call makes, and its tool: the message's `params.name` and
-/// `params.arguments` (taken out of the message, which is forwarded as its original
-/// bytes or rebuilt with the checked arguments, [`with_defaults`]) and its round.
-pub fn proposal<'s>(
-    ex: &'s Inbound<'_>,
-    snapshot: &Snapshot,
-    message: &mut Message,
-) -> Result<(ToolId, Proposal<'s>), Refusal> {
-    let params = message.params();
-    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-        return Err(Refusal::of_call(Reject::new(
-            Code::MalformedRequest,
-            "tools/call needs params.name, the name of the tool to call",
-        )));
-    };
-    let Some(tool) = snapshot.tool(name) else {
-        return Err(Refusal::of_call(Reject::new(
-            Code::UnknownTool,
-            format!("no tool named {name:?} is registered"),
-        )));
-    };
-    let args = message
-        .params_mut()
-        .and_then(|p| p.remove("arguments"))
-        .filter(|a| !a.is_null())
-        .map_or_else(|| Args::from(empty_args()), Args::from);
-    let proposal = Proposal {
-        tool,
-        args,
-        round: round_of(message),
-        idempotency_key: ex.idempotency_key,
-        agent: ex.agent,
-        method: ex.parts.method.as_str(),
-        path: ex.parts.uri.path(),
-        headers: &ex.parts.headers,
-        session: ex.session,
-        trace_id: &ex.trace_id,
-    };
-    Ok((tool, proposal))
-}
-
-/// The message the backend runs: what was checked, so filled defaults travel with the
-/// call; else the message as it arrived (`original`).
-pub fn with_defaults(message: &Message, verdict: &Verdict<'_>, original: Bytes) -> Bytes {
-    if !verdict.args.filled {
-        return original;
-    }
-    let mut object = message.object.clone();
-    if let Some(Value::Object(params)) = object.get_mut("params") {
-        params.insert("arguments".into(), verdict.args.value().clone());
-    }
-    Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
-}
-
-/// What a retry of a multi-round call (2026-07-28) carries besides the arguments: the
-/// answers to the server's `inputRequests` and its opaque `requestState`. Forwarded as
-/// they came; they make the retry a new round rather than a duplicate.
-fn round_of(message: &Message) -> Option<Value> {
-    let params = message.params()?;
-    let mut round = Map::new();
-    for field in ["inputResponses", "requestState"] {
-        if let Some(value) = params.get(field).filter(|v| !v.is_null()) {
-            round.insert(field.into(), value.clone());
-        }
-    }
-    (!round.is_empty()).then_some(Value::Object(round))
-}
 
 /// Shapes the response to a tools/call; JSON-RPC errors pass as they are.
 pub fn shape_answer(contract: &Contract, mut message: Value) -> Result<Value, Reject> {
@@ -137,96 +53,6 @@ fn shape_result(contract: &Contract, result: &mut Map<String, Value>) -> Result<
     result.insert("content".into(), json!([{"type": "text", "text": text}]));
     result.insert("structuredContent".into(), shaped);
     Ok(())
-}
-
-/// The audit record of a streamed call whose result turns out refused after the call's
-/// own record was written (the response head had already gone to the agent).
-pub struct FollowUp {
-    gate: Arc<Gate>,
-    /// The call's facts and its span; taken when a refusal records it.
-    outcome: Option<Outcome>,
-    /// A live lead's call, running detached: if the stream goes before its outcome is
-    /// known (the client left), the outcome is still awaited and a failure recorded —
-    /// unless the upstream ended its stream to be resumed (`resumed`), the result going
-    /// to the client on the stream it resumes.
-    watch: Option<(Arc<Flight>, tokio::time::Instant, Duration, Arc<AtomicBool>)>,
-}
-
-impl FollowUp {
-    /// Takes over the call's span from `outcome`, to end it when the stream ends.
-    pub fn of(gate: &Arc<Gate>, outcome: &mut Outcome) -> FollowUp {
-        FollowUp {
-            gate: gate.clone(),
-            outcome: Some(outcome.follow_up()),
-            watch: None,
-        }
-    }
-
-    /// The stream is a live lead's: its call runs on in `flight`, which the lead waits
-    /// for until `deadline` (its contract's `timeout`).
-    pub fn watch(
-        &mut self,
-        flight: Arc<Flight>,
-        deadline: tokio::time::Instant,
-        timeout: Duration,
-        resumed: Arc<AtomicBool>,
-    ) {
-        self.watch = Some((flight, deadline, timeout, resumed));
-    }
-
-    /// The tool answered `isError: true` in the stream: the span says so when it ends.
-    pub fn tool_error(&mut self) {
-        if let Some(outcome) = &mut self.outcome {
-            outcome.tool_error();
-        }
-    }
-
-    pub fn record(mut self, reject: &Reject) {
-        let Some(mut outcome) = self.outcome.take() else {
-            return;
-        };
-        tracing::warn!(tool = ?outcome.tool(), code = %reject.code, trace_id = %outcome.trace_id(), "streamed tool result refused");
-        outcome.refused(reject);
-        let gate = self.gate.clone();
-        tokio::spawn(async move {
-            outcome.record(&gate.metrics, &gate.audit).await;
-        });
-    }
-}
-
-impl Drop for FollowUp {
-    /// The stream ended without a refusal (or its client left): the span ends as the call
-    /// went.
-    fn drop(&mut self) {
-        let Some(mut outcome) = self.outcome.take() else {
-            return;
-        };
-        let (Some((flight, deadline, timeout, resumed)), Ok(runtime)) =
-            (self.watch.take(), tokio::runtime::Handle::try_current())
-        else {
-            return outcome.close(&self.gate.metrics);
-        };
-        if resumed.load(Ordering::Relaxed) {
-            return outcome.close(&self.gate.metrics);
-        }
-        // The stream went before the call's outcome reached it: a failure of the call
-        // that ran is still recorded, as it would have been in the stream.
-        let gate = self.gate.clone();
-        runtime.spawn(async move {
-            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let failed = match flight.outcome(wait).await.as_deref() {
-                Some(Settled::Failed { reject, .. }) => reject.clone(),
-                Some(Settled::Answered(_)) => return outcome.close(&gate.metrics),
-                // What the lead would have been told at its timeout.
-                None => unknown_outcome(
-                    timeout,
-                    "the call may still complete; it will not be sent again",
-                ),
-            };
-            outcome.refused(&failed);
-            outcome.record(&gate.metrics, &gate.audit).await;
-        });
-    }
 }
 
 #[cfg(test)]
