@@ -28,7 +28,7 @@ use crate::proxy::outcome::Outcome;
 use crate::proxy::render::into_response;
 use crate::proxy::stage::identify::identify;
 use crate::tls::PeerIdentity;
-use crate::vocab::{Code, Reject};
+use crate::vocab::{Agent, Code, Reject};
 use classify::classify;
 
 /// One REST request; `session` and `idempotency_key` are its headers, already checked.
@@ -46,28 +46,10 @@ pub async fn handle(
         .load()
         .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
     outcome.under_policy(Some(snapshot.version));
-    // Who asks comes first, as on the MCP endpoint: a caller without a credential learns
-    // nothing of the routes, and an agent's own mistakes (a malformed body, an unknown
-    // route) are recorded as its own, never counted as an anonymous flood.
-    let agent = match identify(
-        &gate.identity,
-        &parts.headers,
-        parts.extensions.get::<PeerIdentity>(),
-    )
-    .await
-    {
+    let agent = match who_asks(gate, &parts, outcome).await {
         Ok(agent) => agent,
-        Err(refused) => {
-            outcome.refused(&refused.reject);
-            let mut response = into_response(&refused.reject, outcome.trace_id());
-            response
-                .headers_mut()
-                .insert(http::header::WWW_AUTHENTICATE, refused.challenge);
-            return Ok(response);
-        }
+        Err(challenge) => return Ok(challenge),
     };
-    outcome.identified(&agent);
-
     let body = read_body(&gate.limits, &parts.headers, body).await?;
     // The body checked as JSON must be the body the backend parses (proxy::media).
     if !body.is_empty() {
@@ -75,14 +57,8 @@ pub async fn handle(
     }
     // The audit digest and a session's fingerprint read every call's arguments.
     let reads_args = outcome.audited() || session.is_some();
-    let call = classify(
-        &snapshot,
-        &parts.method,
-        parts.uri.path(),
-        parts.uri.query(),
-        &body,
-        reads_args,
-    )?;
+    let (path, query) = (parts.uri.path(), parts.uri.query());
+    let call = classify(&snapshot, &parts.method, path, query, &body, reads_args)?;
     let trace_id = outcome.trace_id().to_string();
     let proposal = Proposal {
         tool: call.tool,
@@ -91,25 +67,19 @@ pub async fn handle(
         idempotency_key: idempotency_key.as_deref(),
         agent: &agent,
         method: parts.method.as_str(),
-        path: parts.uri.path(),
+        path,
         headers: &parts.headers,
         session: session.as_deref(),
         trace_id: &trace_id,
     };
     // The backend runs what was checked: filled defaults travel with the call.
     let request = |verdict: &Verdict<'_>| {
-        let body = if call.json_body && verdict.args.filled {
-            respond::with_defaults(verdict.args.value(), &call.url_keys)
-        } else {
-            body
+        let body = match call.json_body && verdict.args.filled {
+            true => respond::with_defaults(verdict.args.value(), &call.url_keys),
+            false => body,
         };
-        respond::exchange(
-            &parts,
-            body,
-            &agent.id,
-            session.as_deref(),
-            &verdict.contract.tool,
-        )
+        let tool = &verdict.contract.tool;
+        respond::exchange(&parts, body, &agent.id, session.as_deref(), tool)
     };
     let door = Door {
         rpc_id: None,
@@ -120,8 +90,39 @@ pub async fn handle(
             send_buffered(upstream, exchange, window, max.min(MAX_BUFFERED_BYTES))
         },
     };
-    let Delivery { contract, sent } =
-        call::run(gate, &snapshot, proposal, request, door, outcome).await?;
+    let delivery = call::run(gate, &snapshot, proposal, request, door, outcome).await?;
+    deliver(gate, delivery).await
+}
+
+/// Who asks comes first, as on the MCP endpoint: a caller without a credential learns
+/// nothing of the routes, and an agent's own mistakes (a malformed body, an unknown
+/// route) are recorded as its own, never counted as an anonymous flood. `Err`: the
+/// challenge to answer with.
+async fn who_asks(
+    gate: &Gate,
+    parts: &Parts,
+    outcome: &mut Outcome,
+) -> Result<Agent, Response<Body>> {
+    let peer = parts.extensions.get::<PeerIdentity>();
+    match identify(&gate.identity, &parts.headers, peer).await {
+        Ok(agent) => {
+            outcome.identified(&agent);
+            Ok(agent)
+        }
+        Err(refused) => {
+            outcome.refused(&refused.reject);
+            let mut response = into_response(&refused.reject, outcome.trace_id());
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, refused.challenge);
+            Err(response)
+        }
+    }
+}
+
+/// What the backend gave, as the agent's response.
+async fn deliver(gate: &Gate, delivery: Delivery<'_>) -> Result<Response<Body>, Reject> {
+    let Delivery { contract, sent } = delivery;
     match sent {
         Sent::Live { response, sent } => respond::streamed(gate, contract, response, sent).await,
         // Not asked for (`live: false`): REST answers once the call is settled.
