@@ -217,9 +217,13 @@ pub fn status_reject(status: StatusCode) -> Option<Reject> {
 }
 
 /// The refusal for a status that brought no answer to use, and whether the call ran:
-/// an error status as [`status_refusal`] says, any other (1xx, 3xx) as the backend's
-/// error.
+/// an error status as [`status_refusal`] says; a 202 (a call taken, its answer never
+/// sent) or any other (1xx, 3xx) as the backend's error.
 pub fn unanswered_status(status: StatusCode) -> (Reject, Ran) {
+    if status == StatusCode::ACCEPTED {
+        let why = "the backend accepted the call without answering it";
+        return (Reject::new(Code::BackendError, why), Ran::Yes);
+    }
     status_refusal(status).unwrap_or_else(|| {
         let reject = Reject::new(Code::BackendError, "the backend did not answer the call");
         (reject, Ran::Yes)

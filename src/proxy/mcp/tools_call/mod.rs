@@ -234,10 +234,7 @@ fn reply(
         }),
         Sent::Live { response, sent } => {
             if response.status() == StatusCode::ACCEPTED {
-                return Err(Refusal::of_call(Reject::new(
-                    Code::BackendError,
-                    "the backend accepted the call without answering it",
-                )));
+                return Err(Refusal::of_call(unanswered_status(response.status()).0));
             }
             let deadline = tokio::time::Instant::from_std(sent + contract.timeout);
             Ok(Reply::Live(Live {
