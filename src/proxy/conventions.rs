@@ -16,8 +16,8 @@ use http::request::Parts;
 use http::{Method, Version};
 use opentelemetry::KeyValue;
 
+use crate::proxy::backend::upstream::Upstream;
 use crate::proxy::server::Connection;
-use crate::proxy::upstream::Upstream;
 
 /// What the request itself tells the span.
 #[derive(Debug, Clone)]
@@ -44,8 +44,8 @@ impl Request {
     }
 }
 
-/// The span's view of one call, at its end.
-pub struct Call<'a> {
+/// The span's view of one call as it ends.
+pub struct Ending<'a> {
     pub request: &'a Request,
     /// MCP: the message's method, and what it names (a tool, a prompt).
     pub mcp_method: Option<&'a str>,
@@ -61,7 +61,7 @@ pub struct Call<'a> {
     pub error_type: Option<&'a str>,
 }
 
-impl Call<'_> {
+impl Ending<'_> {
     pub fn name(&self) -> String {
         match (self.mcp_method.map(bounded), self.target) {
             (Some(method), Some(target)) => format!("{method} {target}"),

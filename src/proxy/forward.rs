@@ -24,12 +24,14 @@ use crate::limits::Call;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
+use crate::proxy::backend::exchange::{send_retrying, Exchange, Received};
+use crate::proxy::backend::upstream::Upstream;
+use crate::proxy::backend::Asked;
 use crate::proxy::conventions;
-use crate::proxy::exchange::{send_retrying, Exchange, Received};
 use crate::proxy::gate::Gate;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::session;
-use crate::proxy::upstream::{failure_reject, Upstream};
+use crate::state::admit::Claim;
 use crate::state::{self, admit::Admission, admit::Limits};
 use crate::telemetry::convention_metrics::{self, ErrorType};
 use crate::telemetry::metrics::Metrics;
@@ -119,6 +121,28 @@ where
     B: FnOnce(Upstream, Exchange, Duration, usize) -> F,
     F: Future<Output = Received> + Send + 'static,
 {
+    let backend = Backend {
+        mcp: plan.mcp,
+        method: conventions::static_method(&plan.exchange.method),
+    };
+    if plan.contract.idempotent {
+        return forward_idempotent(gate, plan, backend).await;
+    }
+    forward_once(gate, plan, buffer, backend).await
+}
+
+/// A call that is not idempotent: claimed against its duplicates, its lead admitted
+/// and sent once, detached; every claimant gets the one settled outcome.
+async fn forward_once<B, F>(
+    gate: &Gate,
+    plan: Plan<'_>,
+    buffer: B,
+    backend: Backend,
+) -> Result<Forwarded, Stopped>
+where
+    B: FnOnce(Upstream, Exchange, Duration, usize) -> F,
+    F: Future<Output = Received> + Send + 'static,
+{
     let Plan {
         contract,
         policy,
@@ -128,56 +152,10 @@ where
         parent,
         mcp,
         rpc_id,
-        retry,
         live,
+        ..
     } = plan;
-    let backend = Backend {
-        mcp,
-        method: conventions::static_method(&exchange.method),
-    };
-    let mut state_failed_open = false;
-    if contract.idempotent {
-        let shared = gate
-            .shared
-            .as_ref()
-            .map(|shared| (shared, shared_limits(gate, contract, policy)));
-        let shadowed = match shared {
-            None => session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?,
-            // Nothing to count: no round trip.
-            Some((_, limits)) if call.session.is_none() && !limits.rated() => None,
-            Some((shared, limits)) => {
-                match shared.admit(call, &limits, None).await {
-                    Ok(Admission::Admitted { overridden }) => overridden,
-                    Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
-                    // Nothing is claimed for an idempotent call.
-                    Ok(Admission::Joined { .. }) => None,
-                    Err(_) => {
-                        state_failed_open = true;
-                        None
-                    }
-                }
-            }
-        };
-        let span = start_client(gate, parent, contract, &mut exchange, mcp.then_some(rpc_id));
-        let sent = Instant::now();
-        let response = if retry {
-            send_retrying(&gate.upstream, &exchange, contract.timeout).await
-        } else {
-            exchange.send_once(&gate.upstream, contract.timeout).await
-        };
-        let response = response.map_err(|f| failure_reject(f, true, contract.timeout));
-        let (status, failure) = match &response {
-            Ok(response) => (Some(response.status().as_u16()), None),
-            Err(reject) => (None, Some(reject.code.as_str())),
-        };
-        backend.finish(span, &gate.metrics, &contract.tool, status, failure, sent);
-        let response = response.map_err(Stopped::Failed)?;
-        return Ok(Forwarded {
-            sent: Sent::Live { response, sent },
-            shadowed,
-            state_failed_open,
-        });
-    }
+    let state_failed_open = false;
     // At most once. The send runs detached, bounded by the dedupe window, so a duplicate
     // can still get its answer after this request stops waiting.
     let window = contract.dedupe_window.max(contract.timeout);
@@ -228,54 +206,19 @@ where
     let mut shadowed = None;
     let mut denied = false;
     let (shadowed_at, denied_at, claim_at) = (&mut shadowed, &mut denied, &claim);
+    let plan_of_lead = Lead {
+        contract,
+        policy,
+        call,
+        joins_only,
+    };
     let admit = move || {
         let (shadowed, denied, claim) = (shadowed_at, denied_at, claim_at);
         async move {
-            // Only a lead is admitted: a call whose approval was waived as a duplicate
-            // found nothing to join after all, so it needs an approval of its own.
-            if joins_only {
-                *denied = true;
-                return Err(Reject::new(
-                    Code::ApprovalRequired,
-                    "the identical call this one repeats is no longer kept, so this call \
-                     needs an approval of its own: repeat it to ask for one",
-                ));
-            }
-            let (Some(shared), Some(claim)) = (&gate.shared, claim) else {
-                return match session::admit(&gate.ledger, call, policy) {
-                    Ok(overridden) => {
-                        *shadowed = overridden;
-                        Ok(Clearance::Send)
-                    }
-                    Err(reject) => {
-                        *denied = true;
-                        Err(reject)
-                    }
-                };
-            };
-            let limits = shared_limits(gate, contract, policy);
-            match shared.admit(call, &limits, Some((claim, window))).await {
-                Ok(Admission::Admitted { overridden }) => {
-                    *shadowed = overridden;
-                    Ok(Clearance::Send)
-                }
-                Ok(Admission::Refused(reject)) => {
-                    *denied = reject.code != Code::MalformedRequest;
-                    Err(reject)
-                }
-                Ok(Admission::Joined { held }) => {
-                    let (shared, claim) = (shared.clone(), claim.clone());
-                    let wait = contract.timeout;
-                    Ok(Clearance::Follow(Box::pin(async move {
-                        shared.follow(&claim, held, wait).await
-                    })))
-                }
-                // A claim fails closed: without it the call might run twice.
-                Err(unavailable) => {
-                    *denied = true;
-                    Err(state::unavailable(&unavailable))
-                }
-            }
+            let lead = admit_lead(gate, &plan_of_lead, claim.as_ref(), window).await;
+            *shadowed = lead.shadowed;
+            *denied = lead.denied;
+            lead.cleared
         }
     };
     let started = once::start(
@@ -314,6 +257,139 @@ where
         Err(reject) if denied => Err(Stopped::Denied(reject)),
         Err(reject) => Err(Stopped::Failed(reject)),
     }
+}
+
+/// What an at-most-once lead is admitted as: its contract, policy and identity.
+struct Lead<'a> {
+    contract: &'a Contract,
+    policy: &'a Policy,
+    call: &'a Call<'a>,
+    joins_only: bool,
+}
+
+/// How a lead's admission went: cleared to send (or follow another replica's run), or
+/// refused; with the session limit a shadow policy overrode, and whether a refusal is
+/// the gate's (`deny`) rather than a failure.
+struct Admitted {
+    cleared: Result<Clearance, Reject>,
+    shadowed: Option<Reject>,
+    denied: bool,
+}
+
+/// Admits the lead of an at-most-once call: its session and rate limits, in memory or
+/// with its shared claim (`claim`) in one round trip.
+async fn admit_lead(
+    gate: &Gate,
+    lead: &Lead<'_>,
+    claim: Option<&Claim>,
+    window: Duration,
+) -> Admitted {
+    let refused = |reject: Reject, denied: bool| Admitted {
+        cleared: Err(reject),
+        shadowed: None,
+        denied,
+    };
+    let cleared = |shadowed: Option<Reject>, clearance: Clearance| Admitted {
+        cleared: Ok(clearance),
+        shadowed,
+        denied: false,
+    };
+    // Only a lead is admitted: a call whose approval was waived as a duplicate found
+    // nothing to join after all, so it needs an approval of its own.
+    if lead.joins_only {
+        let reject = Reject::new(
+            Code::ApprovalRequired,
+            "the identical call this one repeats is no longer kept, so this call \
+             needs an approval of its own: repeat it to ask for one",
+        );
+        return refused(reject, true);
+    }
+    let (Some(shared), Some(claim)) = (&gate.shared, claim) else {
+        return match session::admit(&gate.ledger, lead.call, lead.policy) {
+            Ok(overridden) => cleared(overridden, Clearance::Send),
+            Err(reject) => refused(reject, true),
+        };
+    };
+    let limits = shared_limits(gate, lead.contract, lead.policy);
+    match shared
+        .admit(lead.call, &limits, Some((claim, window)))
+        .await
+    {
+        Ok(Admission::Admitted { overridden }) => cleared(overridden, Clearance::Send),
+        Ok(Admission::Refused(reject)) => {
+            let denied = reject.code != Code::MalformedRequest;
+            refused(reject, denied)
+        }
+        Ok(Admission::Joined { held }) => {
+            let (shared, claim) = (shared.clone(), claim.clone());
+            let wait = lead.contract.timeout;
+            let follow = async move { shared.follow(&claim, held, wait).await };
+            cleared(None, Clearance::Follow(Box::pin(follow)))
+        }
+        // A claim fails closed: without it the call might run twice.
+        Err(unavailable) => refused(state::unavailable(&unavailable), true),
+    }
+}
+
+/// An idempotent call: admitted to its session and rate limits, then sent (retried where
+/// the plan allows), its response handed back live.
+async fn forward_idempotent(
+    gate: &Gate,
+    plan: Plan<'_>,
+    backend: Backend,
+) -> Result<Forwarded, Stopped> {
+    let Plan {
+        contract,
+        policy,
+        call,
+        mut exchange,
+        parent,
+        mcp,
+        rpc_id,
+        retry,
+        ..
+    } = plan;
+    let mut state_failed_open = false;
+    let shared = gate
+        .shared
+        .as_ref()
+        .map(|shared| (shared, shared_limits(gate, contract, policy)));
+    let shadowed = match shared {
+        None => session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?,
+        // Nothing to count: no round trip.
+        Some((_, limits)) if call.session.is_none() && !limits.rated() => None,
+        Some((shared, limits)) => {
+            match shared.admit(call, &limits, None).await {
+                Ok(Admission::Admitted { overridden }) => overridden,
+                Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
+                // Nothing is claimed for an idempotent call.
+                Ok(Admission::Joined { .. }) => None,
+                Err(_) => {
+                    state_failed_open = true;
+                    None
+                }
+            }
+        }
+    };
+    let span = start_client(gate, parent, contract, &mut exchange, mcp.then_some(rpc_id));
+    let sent = Instant::now();
+    let response = if retry {
+        send_retrying(&gate.upstream, &exchange, contract.timeout).await
+    } else {
+        exchange.send_once(&gate.upstream, contract.timeout).await
+    };
+    let response = response.map_err(|f| f.reject(Asked::call(true, contract.timeout)));
+    let (status, failure) = match &response {
+        Ok(response) => (Some(response.status().as_u16()), None),
+        Err(reject) => (None, Some(reject.code.as_str())),
+    };
+    backend.finish(span, &gate.metrics, &contract.tool, status, failure, sent);
+    let response = response.map_err(Stopped::Failed)?;
+    Ok(Forwarded {
+        sent: Sent::Live { response, sent },
+        shadowed,
+        state_failed_open,
+    })
 }
 
 /// The client span of a request about to be sent; its context goes into its headers.

@@ -6,8 +6,8 @@ use crate::audit::AuditLog;
 use crate::config::Limits;
 use crate::limits::Ledger;
 use crate::policy::SnapshotReader;
+use crate::proxy::backend::upstream::Upstream;
 use crate::proxy::stage::identify::Identity;
-use crate::proxy::upstream::Upstream;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::spans::Tracing;
 

@@ -2,11 +2,12 @@
 
 pub mod action;
 pub mod anonymous;
+pub mod backend;
 pub mod body;
+pub mod call;
 pub mod conventions;
 pub mod decide;
 pub mod detach;
-pub mod exchange;
 pub mod forward;
 pub mod gate;
 pub mod govern;
@@ -21,6 +22,5 @@ pub mod render;
 pub mod rest;
 pub mod server;
 pub mod stage;
-pub mod upstream;
 
 pub use gate::Gate;

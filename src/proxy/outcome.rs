@@ -460,7 +460,7 @@ impl Outcome {
             return;
         };
         let is_call = self.mcp_method.as_deref() == Some("tools/call");
-        let call = conventions::Call {
+        let call = conventions::Ending {
             request,
             mcp_method: self.mcp_method.as_deref(),
             target: if is_call {

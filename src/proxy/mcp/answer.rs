@@ -17,27 +17,11 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::jsonrpc::{answer_in, is_response};
-use super::live::Tap;
 use super::sse::{Event, Parser};
-use crate::proxy::body::{read_limited, Body, BoxError, ReadError};
+use super::tools_call::live::Tap;
+use crate::proxy::backend::Failure;
+use crate::proxy::body::{read_limited, Body, BoxError};
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
-use crate::vocab::{Code, Reject};
-
-/// Why the response could not be delivered as it came.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    TimedOut,
-    /// The connection broke before the response arrived.
-    Broken,
-    /// An event or body was over the size limit.
-    TooLarge(usize),
-    /// The body was not a JSON-RPC response to the request.
-    NotAnAnswer,
-    /// The server ended its event stream cleanly, without the response, after naming
-    /// its events (`id:`): SSE polling (SEP-1699). The response comes on the stream the
-    /// client resumes with `Last-Event-ID`, not here.
-    Resumable,
-}
 
 /// What to do with the response to the forwarded request.
 pub trait Rewrite: Send + Sync + 'static {
@@ -166,7 +150,7 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
                 Some(deadline) => {
                     match tokio::time::timeout_at(deadline, self.incoming.frame()).await {
                         Ok(frame) => frame,
-                        Err(_) => return self.fail(Failure::TimedOut),
+                        Err(_) => return self.fail(Failure::BodyTimedOut),
                     }
                 }
                 None => self.incoming.frame().await,
@@ -175,7 +159,7 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
                 None => self.eof = true,
                 Some(Err(e)) => {
                     tracing::debug!(error = %e, "upstream event stream broke");
-                    return self.fail(Failure::Broken);
+                    return self.fail(Failure::BodyBroke);
                 }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
@@ -296,13 +280,7 @@ pub async fn read_json(
     deadline: Instant,
 ) -> Result<Value, Failure> {
     let remaining = deadline.saturating_duration_since(Instant::now());
-    let bytes = read_limited(incoming, max, remaining)
-        .await
-        .map_err(|e| match e {
-            ReadError::TooLarge(n) => Failure::TooLarge(n),
-            ReadError::TimedOut => Failure::TimedOut,
-            ReadError::Broken(_) => Failure::Broken,
-        })?;
+    let bytes = read_limited(incoming, max, remaining).await?;
     let value: Value = serde_json::from_slice(&bytes).map_err(|_| Failure::NotAnAnswer)?;
     answer_in(value, id).ok_or(Failure::NotAnAnswer)
 }
@@ -384,42 +362,19 @@ async fn collect_sse(
             return Err(Failure::Resumable);
         }
         if eof {
-            return Err(Failure::Broken);
+            return Err(Failure::BodyBroke);
         }
         parser.check().map_err(|e| Failure::TooLarge(e.0))?;
         match tokio::time::timeout_at(deadline, incoming.frame()).await {
-            Err(_) => return Err(Failure::TimedOut),
+            Err(_) => return Err(Failure::BodyTimedOut),
             Ok(None) => eof = true,
-            Ok(Some(Err(_))) => return Err(Failure::Broken),
+            Ok(Some(Err(_))) => return Err(Failure::BodyBroke),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
                     parser.push(&data);
                 }
             }
         }
-    }
-}
-
-/// The refusal for the answer to a passed message (a listing, a granted method) that
-/// toolgate could not read.
-pub fn unread_reject(failure: Failure) -> Reject {
-    match failure {
-        Failure::TimedOut => Reject::new(
-            Code::BackendTimeout,
-            "the backend did not list its tools in time",
-        ),
-        Failure::Broken | Failure::Resumable => Reject::new(
-            Code::BackendUnavailable,
-            "the backend connection broke before its answer arrived",
-        ),
-        Failure::TooLarge(n) => Reject::new(
-            Code::BackendError,
-            format!("the backend's answer is larger than {n} bytes"),
-        ),
-        Failure::NotAnAnswer => Reject::new(
-            Code::BackendError,
-            "the backend's answer is not a JSON-RPC response",
-        ),
     }
 }
 

@@ -13,14 +13,14 @@ use serde_json::Value;
 use super::forward::{self, PASS_TIMEOUT};
 use super::jsonrpc::{Invalid, Kind, Message};
 use super::reply::{json_response, Refusal, INVALID_REQUEST};
-use super::{listing, route, tool, Exchange, Route};
+use super::{route, tools_call, tools_list, Inbound, Route};
 use crate::proxy::body::{empty, Body};
 use crate::proxy::outcome::Outcome;
 use crate::vocab::{Code, Reject};
 use http::{Response, StatusCode};
 
 pub async fn answer(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     items: Vec<Result<Message, Invalid>>,
     outcome: &mut Outcome,
 ) -> Response<Body> {
@@ -54,11 +54,11 @@ pub async fn answer(
 }
 
 /// One element's answer; `None` for notifications and responses.
-async fn element(ex: &Exchange<'_>, message: Message) -> Option<Value> {
+async fn element(ex: &Inbound<'_>, message: Message) -> Option<Value> {
     let id = message.reply_id();
     let answer = match route(&message) {
-        Route::Call => tool::element(ex, message).await,
-        Route::List => listing::element(ex, &message).await,
+        Route::Call => tools_call::element(ex, message).await,
+        Route::List => tools_list::element(ex, &message).await,
         Route::Pass if message.kind != Kind::Request => {
             forward::notify(ex, &message).await;
             return None;
@@ -75,14 +75,14 @@ async fn element(ex: &Exchange<'_>, message: Message) -> Option<Value> {
     Some(answer)
 }
 
-async fn collected(ex: &Exchange<'_>, message: &Message) -> Value {
+async fn collected(ex: &Inbound<'_>, message: &Message) -> Value {
     match forward::collect(ex, message, PASS_TIMEOUT).await {
         Ok(answer) => answer,
         Err(refusal) => refusal.message(&message.reply_id(), ex.trace_id(), false),
     }
 }
 
-fn invalid_message(ex: &Exchange<'_>, id: &Value, reason: String) -> Value {
+fn invalid_message(ex: &Inbound<'_>, id: &Value, reason: String) -> Value {
     Refusal::error(INVALID_REQUEST, Reject::new(Code::MalformedRequest, reason)).message(
         id,
         ex.trace_id(),

@@ -17,16 +17,17 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::answer;
-use super::call::shape_answer;
 use super::jsonrpc::Message;
 use super::reply::{Refusal, INTERNAL_ERROR};
-use super::{modern, Exchange};
+use super::tools_call::result::shape_answer;
+use super::{routing_headers, Inbound};
 use crate::policy::Snapshot;
+use crate::proxy::backend::failure::unanswered_status;
+use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::Body;
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend, MCP_SESSION, TOOL};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::upstream::{failure_reject, status_reject, Failure};
 use crate::vocab::Reject;
 
 /// How long a passing message may take to get its response head (its body then streams
@@ -43,7 +44,7 @@ pub struct Outbound<'a> {
     pub timeout: Duration,
 }
 
-pub async fn send(ex: &Exchange<'_>, out: Outbound<'_>) -> Result<Response<Incoming>, Failure> {
+pub async fn send(ex: &Inbound<'_>, out: Outbound<'_>) -> Result<Response<Incoming>, Failure> {
     let (path, headers) = outbound(ex, &out);
     ex.gate
         .upstream
@@ -53,7 +54,7 @@ pub async fn send(ex: &Exchange<'_>, out: Outbound<'_>) -> Result<Response<Incom
 
 /// The path and headers an outbound message carries: the agent's headers, cleaned and
 /// stamped, with the upstream's own Host.
-pub fn outbound(ex: &Exchange<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
+pub fn outbound(ex: &Inbound<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
     let mut headers = to_backend(
         &ex.parts.headers,
         &ex.agent.id,
@@ -66,8 +67,8 @@ pub fn outbound(ex: &Exchange<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
     // The upstream's own Host, set from its URL by the client.
     headers.remove(header::HOST);
     if out.split {
-        headers.remove(modern::METHOD);
-        headers.remove(modern::NAME);
+        headers.remove(routing_headers::METHOD);
+        headers.remove(routing_headers::NAME);
     }
     if !out.body.is_empty() {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(out.body.len()));
@@ -98,7 +99,7 @@ pub fn stream_through(response: Response<Incoming>) -> Response<Body> {
 /// GET (the server's event stream) and DELETE (session end). A GET that resumes a broken
 /// stream may replay responses: one that answers a call of this session is shaped by
 /// that call's contract ([`Replayed`]), any other is dropped.
-pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
+pub async fn stream(ex: &Inbound<'_>, outcome: &mut Outcome) -> Result<Response<Body>, Reject> {
     let method = ex.parts.method.clone();
     let request = Outbound {
         method: method.clone(),
@@ -109,7 +110,7 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
     };
     let response = send(ex, request)
         .await
-        .map_err(|f| failure_reject(f, true, PASS_TIMEOUT))?;
+        .map_err(|f| f.reject(Asked::message(PASS_TIMEOUT)))?;
     outcome.passed();
     outcome.answered(response.status().as_u16());
     if method == Method::DELETE && response.status().is_success() {
@@ -141,7 +142,7 @@ pub async fn stream(ex: &Exchange<'_>, outcome: &mut Outcome) -> Result<Response
 /// Forwards one message that passes, streaming its answer back. The session an
 /// `initialize` opens is recorded as this agent's.
 pub async fn pass(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &Message,
     body: Bytes,
     outcome: &mut Outcome,
@@ -157,8 +158,8 @@ pub async fn pass(
     let response = match send(ex, request).await {
         Ok(response) => response,
         Err(failure) => {
-            let refusal =
-                Refusal::error(INTERNAL_ERROR, failure_reject(failure, true, PASS_TIMEOUT));
+            let reject = failure.reject(Asked::message(PASS_TIMEOUT));
+            let refusal = Refusal::error(INTERNAL_ERROR, reject);
             return ex.refuse(outcome, refusal, &message.reply_id());
         }
     };
@@ -186,7 +187,7 @@ pub async fn pass(
 /// Forwards one request of a batch and collects its answer (`None` for notifications and
 /// responses, which get none).
 pub async fn collect(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &Message,
     timeout: Duration,
 ) -> Result<Value, Refusal> {
@@ -200,26 +201,22 @@ pub async fn collect(
     };
     let response = send(ex, request)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, failure_reject(f, true, timeout)))?;
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))?;
     let status = response.status();
     if !status.is_success() {
         return match answer::rpc_error(response, timeout).await {
             Some((_, bytes)) => Ok(answer::with_id(&bytes, &id)),
-            None => {
-                let reject = status_reject(status)
-                    .unwrap_or_else(|| answer::unread_reject(answer::Failure::NotAnAnswer));
-                Err(Refusal::error(INTERNAL_ERROR, reject))
-            }
+            None => Err(Refusal::error(INTERNAL_ERROR, unanswered_status(status).0)),
         };
     }
     let deadline = tokio::time::Instant::now() + timeout;
     answer::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, answer::unread_reject(f)))
+        .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))
 }
 
 /// Forwards a notification or response of a batch; nothing answers it.
-pub async fn notify(ex: &Exchange<'_>, message: &Message) {
+pub async fn notify(ex: &Inbound<'_>, message: &Message) {
     let request = Outbound {
         method: Method::POST,
         tool: None,
@@ -247,7 +244,7 @@ impl answer::Rewrite for Replayed {
         message
     }
 
-    fn failed(&mut self, _: answer::Failure) -> Value {
+    fn failed(&mut self, _: Failure) -> Value {
         Value::Null
     }
 

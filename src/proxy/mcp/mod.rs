@@ -19,22 +19,17 @@
 
 pub mod answer;
 pub mod batch;
-pub mod call;
 pub mod forward;
 pub mod jsonrpc;
-pub mod list;
-pub mod listing;
-pub mod live;
-pub mod modern;
 pub mod oauth;
-pub mod once;
 pub mod origin;
 pub mod pending;
 pub mod reply;
+pub mod routing_headers;
 pub mod session;
 pub mod sse;
-pub mod tool;
-pub mod tool_error;
+pub mod tools_call;
+pub mod tools_list;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -57,7 +52,7 @@ use jsonrpc::{Body as Parsed, Kind, Message, Unreadable};
 use reply::{Refusal, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 
 /// One MCP HTTP request once its caller is known.
-pub struct Exchange<'a> {
+pub struct Inbound<'a> {
     pub gate: &'a Arc<Gate>,
     pub parts: &'a Parts,
     pub agent: &'a Agent,
@@ -82,7 +77,7 @@ pub async fn handle(
 ) -> Result<Response<Body>, Reject> {
     // Before anything is read or forwarded: a browser-borne request from a foreign origin.
     gate.mcp_origins.check(&parts)?;
-    let modern = modern::is_modern(&parts.headers);
+    let modern = routing_headers::is_modern(&parts.headers);
     let agent = match identify(
         &gate.identity,
         &parts.headers,
@@ -109,7 +104,7 @@ pub async fn handle(
     outcome.identified(&agent);
     let snapshot = gate.snapshots.load();
     outcome.under_policy(snapshot.as_ref().map(|s| s.version));
-    let ex = Exchange {
+    let ex = Inbound {
         gate,
         parts: &parts,
         agent: &agent,
@@ -133,7 +128,7 @@ pub async fn handle(
     }
 }
 
-async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Response<Body> {
+async fn post(ex: &Inbound<'_>, body: Incoming, outcome: &mut Outcome) -> Response<Body> {
     let bytes = match read_body(&ex.gate.limits, &ex.parts.headers, body).await {
         Ok(bytes) => bytes,
         Err(reject) => {
@@ -181,7 +176,7 @@ async fn post(ex: &Exchange<'_>, body: Incoming, outcome: &mut Outcome) -> Respo
 }
 
 async fn single(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: Message,
     bytes: Bytes,
     outcome: &mut Outcome,
@@ -196,12 +191,12 @@ async fn single(
             .filter(|_| method == "prompts/get");
         outcome.mcp_message(method, message.id.as_ref(), target);
     }
-    if let Err(refusal) = modern::check_headers(&ex.parts.headers, &message, ex.modern) {
+    if let Err(refusal) = routing_headers::check_headers(&ex.parts.headers, &message, ex.modern) {
         return ex.refuse(outcome, refusal, &id);
     }
     match route(&message) {
-        Route::Call => tool::single(ex, message, bytes, outcome).await,
-        Route::List => listing::single(ex, &message, bytes, outcome).await,
+        Route::Call => tools_call::single(ex, message, bytes, outcome).await,
+        Route::List => tools_list::single(ex, &message, bytes, outcome).await,
         Route::Pass => forward::pass(ex, &message, bytes, outcome).await,
         Route::Guarded => match ex.method_permit(message.method.as_deref().unwrap_or_default()) {
             Ok(()) => forward::pass(ex, &message, bytes, outcome).await,
@@ -232,7 +227,7 @@ pub fn route(message: &Message) -> Route {
     }
 }
 
-impl Exchange<'_> {
+impl Inbound<'_> {
     pub fn trace_id(&self) -> &str {
         &self.trace_id
     }

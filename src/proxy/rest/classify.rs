@@ -25,7 +25,7 @@ use crate::vocab::{Code, Detail, Reject};
 
 /// A classified REST call.
 #[derive(Debug)]
-pub struct Call {
+pub struct Classified {
     pub tool: ToolId,
     pub args: Args,
     /// The body was a JSON object (defaults get written back into it when forwarded).
@@ -41,7 +41,7 @@ pub fn classify(
     query: Option<&str>,
     body: &Bytes,
     reads_args: bool,
-) -> Result<Call, Reject> {
+) -> Result<Classified, Reject> {
     let Some(route) = snapshot.routes.find(method, path) else {
         return Err(Reject::new(
             Code::UnknownTool,
@@ -70,7 +70,7 @@ pub fn classify(
             BodyError::NotJson(e) => not_json(e),
             BodyError::NotAnObject => not_an_object(),
         })?;
-        return Ok(Call {
+        return Ok(Classified {
             tool: route.tool,
             args,
             json_body,
@@ -91,7 +91,7 @@ pub fn classify(
             }
         }
     }
-    Ok(Call {
+    Ok(Classified {
         tool: route.tool,
         args: Args::from(Value::Object(args)),
         json_body,
@@ -185,7 +185,12 @@ mod tests {
     }
 
     /// A GET classified with nothing known to read its arguments.
-    fn get(s: &Snapshot, path: &str, query: Option<&str>, body: &str) -> Result<Call, Reject> {
+    fn get(
+        s: &Snapshot,
+        path: &str,
+        query: Option<&str>,
+        body: &str,
+    ) -> Result<Classified, Reject> {
         let body = Bytes::copy_from_slice(body.as_bytes());
         classify(s, &Method::GET, path, query, &body, false)
     }

@@ -5,9 +5,9 @@
 //! snapshot → identify → read body → classify → govern → forward → respond (shape)
 //! ```
 //!
-//! Deciding is the governing core's (`proxy::govern`) and sending the forward path's
-//! (`proxy::forward`), the same ones MCP `tools/call` uses; what is REST's own is how a
-//! request becomes a call ([`classify`]) and how the backend's answer goes back
+//! Governing and sending are the one call sequence's (`proxy::call::run`), the same
+//! one MCP `tools/call` runs; what is REST's own is how a request becomes a proposal
+//! ([`classify`]), the request the backend gets and how its answer goes back
 //! ([`respond`]).
 
 pub mod classify;
@@ -18,16 +18,17 @@ use http::Response;
 use hyper::body::Incoming;
 use std::sync::Arc;
 
+use crate::proxy::backend::exchange::{send_buffered, MAX_BUFFERED_BYTES};
 use crate::proxy::body::{read_body, Body};
-use crate::proxy::exchange::{send_buffered, MAX_BUFFERED_BYTES};
-use crate::proxy::forward::{forward, Plan, Sent, Stopped};
+use crate::proxy::call::{self, Delivery, Door};
+use crate::proxy::forward::Sent;
 use crate::proxy::gate::Gate;
-use crate::proxy::govern::{govern, Captured, Proposal};
+use crate::proxy::govern::{Proposal, Verdict};
 use crate::proxy::outcome::Outcome;
 use crate::proxy::render::into_response;
 use crate::proxy::stage::identify::identify;
 use crate::tls::PeerIdentity;
-use crate::vocab::{Code, Reject};
+use crate::vocab::{Agent, Code, Reject};
 use classify::classify;
 
 /// One REST request; `session` and `idempotency_key` are its headers, already checked.
@@ -45,28 +46,10 @@ pub async fn handle(
         .load()
         .ok_or_else(|| Reject::new(Code::NotReady, "no policy is loaded yet"))?;
     outcome.under_policy(Some(snapshot.version));
-    // Who asks comes first, as on the MCP endpoint: a caller without a credential learns
-    // nothing of the routes, and an agent's own mistakes (a malformed body, an unknown
-    // route) are recorded as its own, never counted as an anonymous flood.
-    let agent = match identify(
-        &gate.identity,
-        &parts.headers,
-        parts.extensions.get::<PeerIdentity>(),
-    )
-    .await
-    {
+    let agent = match who_asks(gate, &parts, outcome).await {
         Ok(agent) => agent,
-        Err(refused) => {
-            outcome.refused(&refused.reject);
-            let mut response = into_response(&refused.reject, outcome.trace_id());
-            response
-                .headers_mut()
-                .insert(http::header::WWW_AUTHENTICATE, refused.challenge);
-            return Ok(response);
-        }
+        Err(challenge) => return Ok(challenge),
     };
-    outcome.identified(&agent);
-
     let body = read_body(&gate.limits, &parts.headers, body).await?;
     // The body checked as JSON must be the body the backend parses (proxy::media).
     if !body.is_empty() {
@@ -74,88 +57,79 @@ pub async fn handle(
     }
     // The audit digest and a session's fingerprint read every call's arguments.
     let reads_args = outcome.audited() || session.is_some();
-    let call = classify(
-        &snapshot,
-        &parts.method,
-        parts.uri.path(),
-        parts.uri.query(),
-        &body,
-        reads_args,
-    )?;
-    outcome.proposed(snapshot.contract(call.tool), &call.args);
+    let (path, query) = (parts.uri.path(), parts.uri.query());
+    let call = classify(&snapshot, &parts.method, path, query, &body, reads_args)?;
     let trace_id = outcome.trace_id().to_string();
-    let mut captured = Captured::default();
-    let verdict = govern(
-        &gate.governor(),
-        &snapshot,
-        Proposal {
-            tool: call.tool,
-            args: call.args,
-            round: None,
-            idempotency_key: idempotency_key.as_deref(),
-            agent: &agent,
-            method: parts.method.as_str(),
-            path: parts.uri.path(),
-            headers: &parts.headers,
-            session: session.as_deref(),
-            trace_id: &trace_id,
-        },
-        &mut captured,
-    )
-    .await;
-    outcome.captured(captured);
-    let verdict = verdict?;
-    outcome.governed(&verdict);
-    let contract = verdict.contract;
-    let limited = verdict.call();
-    // The backend runs what was checked: filled defaults travel with the call.
-    let body = if call.json_body && verdict.args.filled {
-        respond::with_defaults(verdict.args.value(), &call.url_keys)
-    } else {
-        body
+    let proposal = Proposal {
+        tool: call.tool,
+        args: call.args,
+        round: None,
+        idempotency_key: idempotency_key.as_deref(),
+        agent: &agent,
+        method: parts.method.as_str(),
+        path,
+        headers: &parts.headers,
+        session: session.as_deref(),
+        trace_id: &trace_id,
     };
-    let exchange = respond::exchange(&parts, body, &agent.id, session.as_deref(), &contract.tool);
-    let plan = Plan {
-        contract,
-        policy: verdict.policy,
-        call: &limited,
-        joins_only: verdict.joins_only,
-        exchange,
-        parent: outcome.span(),
-        mcp: false,
+    // The backend runs what was checked: filled defaults travel with the call.
+    let request = |verdict: &Verdict<'_>| {
+        let body = match call.json_body && verdict.args.filled {
+            true => respond::with_defaults(verdict.args.value(), &call.url_keys),
+            false => body,
+        };
+        let tool = &verdict.contract.tool;
+        respond::exchange(&parts, body, &agent.id, session.as_deref(), tool)
+    };
+    let door = Door {
         rpc_id: None,
         retry: true,
         live: false,
+        // An at-most-once answer is kept whole for its duplicates, and kept small.
+        buffer: |upstream, exchange, window, max: usize| {
+            send_buffered(upstream, exchange, window, max.min(MAX_BUFFERED_BYTES))
+        },
     };
-    // An at-most-once answer is kept whole for its duplicates, and kept small.
-    let buffer = |upstream, exchange, window, max: usize| {
-        send_buffered(upstream, exchange, window, max.min(MAX_BUFFERED_BYTES))
-    };
-    let forwarded = match forward(gate, plan, buffer).await {
-        Ok(forwarded) => forwarded,
-        Err(Stopped::Denied(reject)) => {
-            outcome.denied(&reject);
-            return Err(reject);
+    let delivery = call::run(gate, &snapshot, proposal, request, door, outcome).await?;
+    deliver(gate, delivery).await
+}
+
+/// Who asks comes first, as on the MCP endpoint: a caller without a credential learns
+/// nothing of the routes, and an agent's own mistakes (a malformed body, an unknown
+/// route) are recorded as its own, never counted as an anonymous flood. `Err`: the
+/// challenge to answer with.
+async fn who_asks(
+    gate: &Gate,
+    parts: &Parts,
+    outcome: &mut Outcome,
+) -> Result<Agent, Response<Body>> {
+    let peer = parts.extensions.get::<PeerIdentity>();
+    match identify(&gate.identity, &parts.headers, peer).await {
+        Ok(agent) => {
+            outcome.identified(&agent);
+            Ok(agent)
         }
-        Err(Stopped::Failed(reject)) => return Err(reject),
-    };
-    forwarded.note(outcome);
-    match forwarded.sent {
-        Sent::Live { response, sent } => {
-            outcome.answered(response.status().as_u16());
-            respond::streamed(gate, contract, response, sent).await
+        Err(refused) => {
+            outcome.refused(&refused.reject);
+            let mut response = into_response(&refused.reject, outcome.trace_id());
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, refused.challenge);
+            Err(response)
         }
+    }
+}
+
+/// What the backend gave, as the agent's response.
+async fn deliver(gate: &Gate, delivery: Delivery<'_>) -> Result<Response<Body>, Reject> {
+    let Delivery { contract, sent } = delivery;
+    match sent {
+        Sent::Live { response, sent } => respond::streamed(gate, contract, response, sent).await,
         // Not asked for (`live: false`): REST answers once the call is settled.
         Sent::Leading { .. } => Err(Reject::new(
             Code::NotReady,
             "the gateway failed to handle the call",
         )),
-        Sent::Settled { settled, replayed } => {
-            outcome.replayed(replayed);
-            if let Some(status) = respond::status_of(&settled) {
-                outcome.answered(status);
-            }
-            respond::buffered(contract, &settled)
-        }
+        Sent::Settled { settled, .. } => respond::buffered(contract, &settled),
     }
 }

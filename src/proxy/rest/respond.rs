@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use crate::limits::dedupe::Settled;
 use crate::policy::contract::Contract;
-use crate::proxy::body::{full, read_limited, Body, ReadError};
-use crate::proxy::exchange::Exchange;
+use crate::proxy::backend::exchange::Exchange;
+use crate::proxy::backend::status_reject;
+use crate::proxy::backend::{Asked, Failure};
+use crate::proxy::body::{full, read_limited, Body};
 use crate::proxy::gate::Gate;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate, to_backend};
 use crate::proxy::stage::shape;
-use crate::proxy::upstream::{failure_reject, status_reject};
-use crate::vocab::{Code, Reject};
+use crate::vocab::Reject;
 
 /// The request the backend receives: as it came, with toolgate's headers and, when
 /// defaults were filled, the body [`with_defaults`].
@@ -74,21 +75,7 @@ pub async fn streamed(
         .max(Duration::from_millis(1));
     let raw = read_limited(incoming, gate.limits.max_response_bytes, remaining)
         .await
-        .map_err(|e| match e {
-            ReadError::TimedOut => failure_reject(
-                crate::proxy::upstream::Failure::TimedOut,
-                contract.idempotent,
-                contract.timeout,
-            ),
-            ReadError::TooLarge(n) => Reject::new(
-                Code::OutputContractViolation,
-                format!("the tool's result is larger than {n} bytes"),
-            ),
-            ReadError::Broken(_) => Reject::new(
-                Code::BackendUnavailable,
-                "the backend connection broke mid-response",
-            ),
-        })?;
+        .map_err(|e| Failure::from(e).reject(Asked::call(contract.idempotent, contract.timeout)))?;
     let shaped = shape::shape_bytes(contract, &raw)?;
     parts.headers.insert(
         header::CONTENT_TYPE,
@@ -125,14 +112,6 @@ pub fn buffered(contract: &Contract, settled: &Settled) -> Result<Response<Body>
     *response.status_mut() = answer.status;
     *response.headers_mut() = headers;
     Ok(response)
-}
-
-/// The HTTP status the backend answered an at-most-once call with, if it answered.
-pub fn status_of(settled: &Settled) -> Option<u16> {
-    match settled {
-        Settled::Answered(answer) => Some(answer.status.as_u16()),
-        Settled::Failed { .. } => None,
-    }
 }
 
 /// The JSON body the backend receives: the agent's fields plus filled defaults, without

@@ -15,12 +15,12 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use hyper::body::Incoming;
 use std::time::{Duration, Instant};
 
+use super::failure::{status_settled, Asked, Failure};
+use super::upstream::Upstream;
 use crate::limits::backoff::Backoff;
-use crate::limits::dedupe::{Buffered, Ran, Settled};
-use crate::proxy::body::{read_limited, ReadError};
+use crate::limits::dedupe::{Buffered, Settled};
+use crate::proxy::body::read_limited;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
-use crate::proxy::upstream::{failure_reject, status_reject, Failure, Upstream};
-use crate::vocab::{Code, Recovery, Reject};
 
 /// Largest non-idempotent result kept for replay; such results are small JSON, and every
 /// byte kept counts against `limits.dedupeMaxBytes` for the whole dedupe window.
@@ -90,11 +90,11 @@ pub async fn send_retrying(
             .await;
         let retryable = match &result {
             Ok(response) => response.status() == StatusCode::SERVICE_UNAVAILABLE,
-            Err(failure) => matches!(failure, Failure::Unavailable | Failure::Broken),
+            Err(failure) => matches!(failure, Failure::Unreachable | Failure::NoHead),
         };
         if !retryable {
             return match result {
-                Err(Failure::TimedOut) if retried => Err(Failure::Unavailable),
+                Err(Failure::NoHeadInTime) if retried => Err(Failure::Unreachable),
                 other => other,
             };
         }
@@ -124,18 +124,10 @@ pub struct Received {
 }
 
 impl Received {
-    /// A send that got no answer: whether the backend may have run the call follows from
-    /// how the send failed (nothing was sent when no connection could be made).
+    /// A send that got no answer: what it means follows from how it failed alone.
     pub fn unanswered(failure: Failure, deadline: Duration) -> Received {
-        let ran = match failure {
-            Failure::Unavailable => Ran::No,
-            Failure::Broken | Failure::TimedOut => Ran::Maybe,
-        };
         Received {
-            settled: Settled::Failed {
-                reject: failure_reject(failure, false, deadline),
-                ran,
-            },
+            settled: failure.settled(Asked::call(false, deadline)),
             status: None,
         }
     }
@@ -172,11 +164,7 @@ async fn settle(
     let status = response.status();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         // The backend refused the call before running it: a retry may run it.
-        return Settled::Failed {
-            reject: status_reject(status)
-                .unwrap_or_else(|| Reject::new(Code::BackendUnavailable, "")),
-            ran: Ran::No,
-        };
+        return status_settled(status);
     }
     let (mut parts, incoming) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
@@ -204,26 +192,7 @@ async fn settle(
             body: Bytes::copy_from_slice(&body),
             interim: false,
         }),
-        Err(ReadError::TooLarge(n)) => Settled::Failed {
-            reject: Reject::new(
-                Code::OutputContractViolation,
-                format!("the tool's result is larger than {n} bytes"),
-            ),
-            ran: Ran::Yes,
-        },
-        Err(ReadError::TimedOut) => Settled::Failed {
-            reject: failure_reject(Failure::TimedOut, false, deadline),
-            ran: Ran::Maybe,
-        },
-        Err(ReadError::Broken(_)) => Settled::Failed {
-            reject: Reject::new(
-                Code::BackendUnavailable,
-                "the backend connection broke mid-response; the call may have run",
-            )
-            .with_retryable(false)
-            .with_recovery(Recovery::Stop),
-            ran: Ran::Yes,
-        },
+        Err(error) => Failure::from(error).settled(Asked::call(false, deadline)),
     }
 }
 
@@ -241,6 +210,7 @@ fn compact(headers: &HeaderMap) -> HeaderMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::dedupe::Ran;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

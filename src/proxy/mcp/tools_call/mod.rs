@@ -1,4 +1,13 @@
-//! A governed tools/call end to end: decide ([`call::govern`]), forward, deliver.
+//! MCP `tools/call`, the front door's side of the one call sequence
+//! (`proxy::call::run`): the message becomes a [`proposal`], the call runs, and what
+//! the backend gave is delivered as a JSON-RPC answer, refusals rendered here only.
+//!
+//! - [`proposal`]: message → `Proposal`, and the message the backend runs;
+//! - [`once`]: the JSON-RPC collector of an at-most-once call, and its shared answer;
+//! - [`live`]: an at-most-once lead's progress, relayed while the call runs;
+//! - [`result`]: the tool result shaped by its contract;
+//! - [`follow_up`]: the record of a streamed call after its head went out;
+//! - [`tool_error`]: spotting `isError: true` in an answer streamed through unread.
 //!
 //! Delivery depends on what the upstream answers:
 //! - JSON: streamed through when the contract shapes nothing, else read (bounded by
@@ -11,6 +20,13 @@
 //!
 //! In a batch each call is collected whole and gets its own audit record.
 
+pub mod follow_up;
+pub mod live;
+pub mod once;
+pub mod proposal;
+pub mod result;
+pub mod tool_error;
+
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -19,30 +35,32 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-use super::answer::{self, rewrite_sse, shape_of, Failure, Rewrite, Shape};
-use super::call::{self, failure_to_reject, shape_answer, FollowUp};
+use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
-use super::live::{self, Relayed};
-use super::once;
 use super::reply::{self, Refusal};
-use super::tool_error;
-use super::Exchange;
+use super::Inbound;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
+use crate::proxy::backend::exchange;
+use crate::proxy::backend::failure::unanswered_status;
+use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::{full, Body};
-use crate::proxy::exchange;
-use crate::proxy::forward::{Plan, Sent, Stopped};
+use crate::proxy::call::Door;
+use crate::proxy::forward::Sent;
+use crate::proxy::govern::Verdict;
 use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
-use crate::proxy::upstream::status_reject;
 use crate::vocab::{Code, Reject};
+use follow_up::FollowUp;
+use live::Relayed;
+use result::shape_answer;
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
 pub async fn single(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     mut message: Message,
     original: Bytes,
     outcome: &mut Outcome,
@@ -62,7 +80,7 @@ pub async fn single(
 }
 
 /// One tools/call of a batch, with its own audit record; returns its answer.
-pub async fn element(ex: &Exchange<'_>, mut message: Message) -> Value {
+pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
     let mut outcome = ex.element_outcome();
     // A single call's message is noted by the dispatch (mcp::single), an element's here.
     outcome.mcp_message("tools/call", message.id.as_ref(), None);
@@ -122,9 +140,10 @@ enum Reply {
     },
 }
 
-/// Decides the call and, when it may run, forwards it; 2xx answers only come back live.
+/// Runs the call through the one sequence (`proxy::call::run`); 2xx answers only come
+/// back live.
 async fn forward_call(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &mut Message,
     original: Bytes,
     outcome: &mut Outcome,
@@ -136,17 +155,8 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
-    let permit = call::decide(ex, &snapshot, message, original, outcome).await?;
-    let contract = permit.verdict.contract;
-    let limited = permit.verdict.call();
-    let request = Outbound {
-        method: Method::POST,
-        tool: Some(&contract.tool),
-        body: permit.body,
-        split,
-        timeout: contract.timeout,
-    };
-    let (path_and_query, headers) = forward::outbound(ex, &request);
+    let (tool, proposal) = proposal::proposal(ex, &snapshot, message)?;
+    let contract = snapshot.contract(tool);
     // The lead of a call that runs at most once streams its progress as it comes; a
     // batch element is collected whole.
     let live = !contract.idempotent && !split;
@@ -159,40 +169,50 @@ async fn forward_call(
         false => (None, None),
     };
     let id = message.reply_id();
-    let plan = Plan {
-        live,
-        contract,
-        policy: permit.verdict.policy,
-        call: &limited,
-        joins_only: permit.verdict.joins_only,
-        exchange: exchange::Exchange {
+    let request = |verdict: &Verdict<'_>| {
+        let body = proposal::with_defaults(message, verdict, original);
+        let out = Outbound {
+            method: Method::POST,
+            tool: Some(&verdict.contract.tool),
+            body,
+            split,
+            timeout: verdict.contract.timeout,
+        };
+        let (path_and_query, headers) = forward::outbound(ex, &out);
+        exchange::Exchange {
             method: Method::POST,
             path_and_query,
             headers,
-            body: request.body,
-        },
-        parent: outcome.span(),
-        mcp: true,
-        rpc_id: Some(&id),
-        retry: false,
+            body: out.body,
+        }
     };
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
     // under its own (once::answer).
     let answer_id = id.clone();
-    let buffer = move |upstream, exchange, window, max| {
-        once::collect(upstream, exchange, answer_id, window, max, tap)
+    let door = Door {
+        rpc_id: Some(&id),
+        retry: false,
+        live,
+        buffer: move |upstream, exchange, window, max| {
+            once::collect(upstream, exchange, answer_id, window, max, tap)
+        },
     };
-    let forwarded = match crate::proxy::forward::forward(ex.gate, plan, buffer).await {
-        Ok(forwarded) => forwarded,
-        Err(Stopped::Denied(reject)) => {
-            outcome.denied(&reject);
-            return Err(Refusal::of_call(reject));
-        }
-        Err(Stopped::Failed(reject)) => return Err(Refusal::of_call(reject)),
-    };
-    forwarded.note(outcome);
-    let tool = permit.tool;
-    match forwarded.sent {
+    let delivery = crate::proxy::call::run(ex.gate, &snapshot, proposal, request, door, outcome)
+        .await
+        .map_err(Refusal::of_call)?;
+    reply(snapshot.clone(), tool, delivery.sent, relays, deadline)
+}
+
+/// What the backend gave a call, as this front door delivers it.
+fn reply(
+    snapshot: Arc<Snapshot>,
+    tool: ToolId,
+    sent: Sent,
+    relays: Option<oneshot::Receiver<Relayed>>,
+    deadline: tokio::time::Instant,
+) -> Result<Reply, Refusal> {
+    let contract = snapshot.contract(tool);
+    match sent {
         // Only a live plan leads this way, and a live plan has its relays.
         Sent::Leading { flight } => match relays {
             Some(relays) => Ok(Reply::Leading(Leading {
@@ -207,26 +227,20 @@ async fn forward_call(
                 "the gateway failed to handle the call",
             ))),
         },
-        Sent::Settled { settled, replayed } => {
-            outcome.replayed(replayed);
-            Ok(Reply::Once {
-                snapshot,
-                tool,
-                settled,
-            })
-        }
+        Sent::Settled { settled, .. } => Ok(Reply::Once {
+            snapshot,
+            tool,
+            settled,
+        }),
         Sent::Live { response, sent } => {
-            outcome.answered(response.status().as_u16());
             if response.status() == StatusCode::ACCEPTED {
-                return Err(Refusal::of_call(Reject::new(
-                    Code::BackendError,
-                    "the backend accepted the call without answering it",
-                )));
+                return Err(Refusal::of_call(unanswered_status(response.status()).0));
             }
+            let deadline = tokio::time::Instant::from_std(sent + contract.timeout);
             Ok(Reply::Live(Live {
                 tool,
                 response,
-                deadline: tokio::time::Instant::from_std(sent + contract.timeout),
+                deadline,
                 snapshot,
             }))
         }
@@ -254,7 +268,7 @@ fn once_response(
 /// The answer to a call this request leads: an event stream relayed live when the
 /// upstream streams, else the settled outcome as one JSON answer.
 async fn lead(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     leading: Leading,
     id: &Value,
     outcome: &mut Outcome,
@@ -317,12 +331,17 @@ async fn lead(
 /// A call answered with an event stream: if the stream breaks, its answer may come back
 /// on the session's resumed stream instead, so remember which tool it called
 /// (`pending`). A call answered with one JSON body can't be resumed.
-fn may_resume(ex: &Exchange<'_>, id: &Value, contract: &Contract) {
+fn may_resume(ex: &Inbound<'_>, id: &Value, contract: &Contract) {
     if let Some(session) = ex.mcp_session().filter(|_| !id.is_null()) {
         ex.gate
             .mcp_pending
             .record(session, id, &contract.tool, contract.timeout);
     }
+}
+
+/// What a call under `contract` asked of the backend, for the refusal of its failure.
+fn asked(contract: &Contract) -> Asked {
+    Asked::call(contract.idempotent, contract.timeout)
 }
 
 /// Whether a tools/call answer is the tool's own error (`isError: true`).
@@ -340,7 +359,7 @@ fn unsettled(timeout: std::time::Duration) -> Reject {
 
 /// The answer to a single call, streamed where it can be.
 async fn deliver(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     live: Live,
     id: &Value,
     outcome: &mut Outcome,
@@ -375,7 +394,7 @@ async fn deliver(
             let (mut parts, incoming) = response.into_parts();
             let value = answer::read_json(incoming, id, max, deadline)
                 .await
-                .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+                .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
             if is_tool_error(&shaped) {
                 outcome.tool_error();
@@ -387,10 +406,9 @@ async fn deliver(
                 .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             Ok(Response::from_parts(parts, full(bytes)))
         }
-        _ if shaped => Err(Refusal::of_call(failure_to_reject(
-            Failure::NotAnAnswer,
-            contract,
-        ))),
+        _ if shaped => Err(Refusal::of_call(
+            Failure::NotAnAnswer.reject(asked(contract)),
+        )),
         // Unread, but watched: a tool's own error still marks the call's span.
         Shape::Json => Ok(watched(ex, response, outcome)),
         _ => Ok(stream_through(response)),
@@ -400,7 +418,7 @@ async fn deliver(
 /// An unshaped JSON answer, streamed through as it arrives while [`tool_error::Scan`]
 /// looks for `result.isError: true`; the call's span ends with the stream and says so.
 fn watched(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     response: Response<Incoming>,
     outcome: &mut Outcome,
 ) -> Response<Body> {
@@ -424,7 +442,7 @@ fn watched(
 }
 
 /// The answer to a call of a batch, read whole.
-async fn collect(ex: &Exchange<'_>, live: Live, id: &Value) -> Result<Value, Refusal> {
+async fn collect(ex: &Inbound<'_>, live: Live, id: &Value) -> Result<Value, Refusal> {
     let Live {
         snapshot,
         tool,
@@ -439,7 +457,7 @@ async fn collect(ex: &Exchange<'_>, live: Live, id: &Value) -> Result<Value, Ref
     let max = ex.gate.limits.max_response_bytes;
     let value = answer::collect(response, id, max, deadline)
         .await
-        .map_err(|f| Refusal::of_call(failure_to_reject(f, contract)))?;
+        .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
     shape_answer(contract, value).map_err(Refusal::of_call)
 }
 
@@ -451,12 +469,7 @@ async fn upstream_error(
     let status = response.status();
     answer::rpc_error(response, contract.timeout)
         .await
-        .ok_or_else(|| {
-            let reject = status_reject(status).unwrap_or_else(|| {
-                Reject::new(Code::BackendError, "the backend did not answer the call")
-            });
-            Refusal::of_call(reject)
-        })
+        .ok_or_else(|| Refusal::of_call(unanswered_status(status).0))
 }
 
 /// Shapes the result event of a streamed call.
@@ -474,7 +487,7 @@ impl CallRewrite {
     /// the call's span, which ends with the stream, and a refusal found in the stream gets
     /// a record of its own ([`FollowUp`]).
     fn new(
-        ex: &Exchange<'_>,
+        ex: &Inbound<'_>,
         snapshot: Arc<Snapshot>,
         tool: ToolId,
         id: &Value,
@@ -513,7 +526,7 @@ impl Rewrite for CallRewrite {
     }
 
     fn failed(&mut self, failure: Failure) -> Value {
-        let reject = failure_to_reject(failure, self.snapshot.contract(self.tool));
+        let reject = failure.reject(asked(self.snapshot.contract(self.tool)));
         self.refused(reject)
     }
 }

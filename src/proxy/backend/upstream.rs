@@ -1,12 +1,12 @@
-//! The backend: one pooled HTTP/1.1 client, and the mapping of what the backend does
-//! (refuses connections, stalls, answers 5xx or 4xx) onto the error contract.
+//! The backend's client: one pooled HTTP/1.1 client, and a send that fails as a
+//! [`Failure`] saying how far it got (what that means for the agent is `failure.rs`'s).
 //!
 //! What the backend says in an error body never reaches the agent: internals such as
 //! stack traces, SQL or hostnames stop here.
 
 use bytes::Bytes;
 use http::uri::{self, Authority, PathAndQuery, Scheme};
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri};
+use http::{HeaderMap, Method, Request, Response, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -14,8 +14,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
+use super::Failure;
 use crate::input::url::shown;
-use crate::vocab::{Code, Recovery, Reject};
 
 /// Cheap to clone (the pool is shared), so a backend call can run in its own task.
 #[derive(Clone)]
@@ -31,16 +31,6 @@ pub struct Upstream {
 #[derive(Debug, thiserror::Error)]
 #[error("upstream must be an http:// URL, got {0}")]
 pub struct BadUpstream(String);
-
-/// How the backend failed, before it becomes a [`Reject`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// No connection could be made: nothing was sent.
-    Unavailable,
-    /// The connection broke after the request went out: the backend may have run it.
-    Broken,
-    TimedOut,
-}
 
 impl Upstream {
     pub fn new(url: &str) -> Result<Upstream, BadUpstream> {
@@ -111,22 +101,22 @@ impl Upstream {
         body: Bytes,
         timeout: Duration,
     ) -> Result<Response<Incoming>, Failure> {
-        let uri = self.uri(path_and_query).ok_or(Failure::Unavailable)?;
+        let uri = self.uri(path_and_query).ok_or(Failure::Unreachable)?;
         let mut request = Request::builder().method(method).uri(uri);
         if let Some(h) = request.headers_mut() {
             *h = headers;
         }
         let request = request
             .body(Full::new(body))
-            .map_err(|_| Failure::Unavailable)?;
+            .map_err(|_| Failure::Unreachable)?;
         match tokio::time::timeout(timeout, self.client.request(request)).await {
-            Err(_) => Err(Failure::TimedOut),
+            Err(_) => Err(Failure::NoHeadInTime),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "backend request failed");
                 Err(if e.is_connect() {
-                    Failure::Unavailable
+                    Failure::Unreachable
                 } else {
-                    Failure::Broken
+                    Failure::NoHead
                 })
             }
             Ok(Ok(response)) => Ok(response),
@@ -134,98 +124,9 @@ impl Upstream {
     }
 }
 
-/// The refusal for a backend failure. A timeout or a broken connection is retryable only
-/// for idempotent tools: a non-idempotent call may have run, and retrying it could run it
-/// twice.
-pub fn failure_reject(failure: Failure, idempotent: bool, timeout: Duration) -> Reject {
-    let recovery = if idempotent {
-        Recovery::Retry
-    } else {
-        Recovery::Stop
-    };
-    match failure {
-        Failure::Unavailable => {
-            Reject::new(Code::BackendUnavailable, "the backend is not reachable")
-        }
-        Failure::Broken => Reject::new(
-            Code::BackendUnavailable,
-            "the backend connection broke before it answered",
-        )
-        .with_retryable(idempotent)
-        .with_recovery(recovery),
-        Failure::TimedOut => Reject::new(
-            Code::BackendTimeout,
-            format!(
-                "the backend did not answer within {} ms",
-                timeout.as_millis()
-            ),
-        )
-        .with_retryable(idempotent)
-        .with_recovery(recovery),
-    }
-}
-
-/// The refusal for a backend error status, or `None` when the response passes.
-pub fn status_reject(status: StatusCode) -> Option<Reject> {
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        return Some(Reject::new(
-            Code::BackendUnavailable,
-            "the backend is temporarily unavailable",
-        ));
-    }
-    if status.is_server_error() {
-        return Some(Reject::new(
-            Code::BackendError,
-            format!(
-                "the backend failed to handle the call (HTTP {})",
-                status.as_u16()
-            ),
-        ));
-    }
-    if status.is_client_error() {
-        let reason = status.canonical_reason().unwrap_or("rejected");
-        return Some(
-            Reject::new(
-                Code::BackendRejected,
-                format!(
-                    "the backend rejected the call: {} {reason}",
-                    status.as_u16()
-                ),
-            )
-            .with_status(status.as_u16()),
-        );
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn statuses_map_to_the_contract() {
-        assert_eq!(status_reject(StatusCode::OK), None);
-        assert_eq!(
-            status_reject(StatusCode::INTERNAL_SERVER_ERROR)
-                .unwrap()
-                .code,
-            Code::BackendError
-        );
-        assert_eq!(
-            status_reject(StatusCode::SERVICE_UNAVAILABLE).unwrap().code,
-            Code::BackendUnavailable
-        );
-        let r = status_reject(StatusCode::NOT_FOUND).unwrap();
-        assert_eq!((r.code, r.status()), (Code::BackendRejected, 404));
-    }
-
-    #[test]
-    fn timeouts_are_retryable_only_when_idempotent() {
-        assert!(failure_reject(Failure::TimedOut, true, Duration::from_secs(1)).retryable());
-        let r = failure_reject(Failure::TimedOut, false, Duration::from_secs(1));
-        assert!(!r.retryable());
-        assert_eq!(r.recovery(), Recovery::Stop);
-    }
 
     #[test]
     fn only_plain_http_upstreams() {

@@ -1,29 +1,31 @@
-//! tools/list on the wire: forwarded, and its result filtered ([`list::filter`]) before
+//! tools/list on the wire: forwarded, and its result filtered ([`filter::filter`]) before
 //! the agent sees it, whether it comes back as JSON or inside an SSE stream.
 //!
 //! The listing is never passed on unchecked: an answer toolgate can't read (not JSON,
 //! too large, late) becomes a JSON-RPC error instead of the backend's list.
+
+pub mod filter;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::answer::{self, rewrite_sse, shape_of, unread_reject, Failure, Rewrite, Shape};
+use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
 use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
-use super::list;
+
 use super::reply::{Refusal, INTERNAL_ERROR};
-use super::Exchange;
+use super::Inbound;
 use crate::policy::Snapshot;
+use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::{full, Body};
 use crate::proxy::outcome::Outcome;
-use crate::proxy::upstream::failure_reject;
 use crate::vocab::{Code, Reject};
 
 /// A single tools/list POST.
 pub async fn single(
-    ex: &Exchange<'_>,
+    ex: &Inbound<'_>,
     message: &Message,
     body: Bytes,
     outcome: &mut Outcome,
@@ -42,7 +44,7 @@ pub async fn single(
     let response = match forward::send(ex, request).await {
         Ok(response) => response,
         Err(failure) => {
-            let reject = failure_reject(failure, true, PASS_TIMEOUT);
+            let reject = failure.reject(Asked::message(PASS_TIMEOUT));
             return ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id);
         }
     };
@@ -77,14 +79,14 @@ pub async fn single(
             Response::from_parts(parts, full(bytes))
         }
         Shape::Other => {
-            let reject = unread_reject(Failure::NotAnAnswer);
+            let reject = Failure::NotAnAnswer.reject(Asked::message(PASS_TIMEOUT));
             ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id)
         }
     }
 }
 
 /// One tools/list of a batch: its filtered answer.
-pub async fn element(ex: &Exchange<'_>, message: &Message) -> Value {
+pub async fn element(ex: &Inbound<'_>, message: &Message) -> Value {
     let id = message.reply_id();
     let Some(snapshot) = ex.snapshot.clone() else {
         return not_ready().message(&id, ex.trace_id(), false);
@@ -112,7 +114,7 @@ struct ListRewrite {
 }
 
 impl ListRewrite {
-    fn new(ex: &Exchange<'_>, snapshot: Arc<Snapshot>, id: Value) -> ListRewrite {
+    fn new(ex: &Inbound<'_>, snapshot: Arc<Snapshot>, id: Value) -> ListRewrite {
         ListRewrite {
             snapshot,
             agent: ex.agent.id.clone(),
@@ -126,7 +128,7 @@ impl ListRewrite {
 impl Rewrite for ListRewrite {
     fn answer(&mut self, mut message: Value) -> Value {
         if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) {
-            list::filter(
+            filter::filter(
                 result,
                 &self.snapshot,
                 self.snapshot.policy_for(&self.agent),
@@ -136,10 +138,7 @@ impl Rewrite for ListRewrite {
     }
 
     fn failed(&mut self, failure: Failure) -> Value {
-        Refusal::error(INTERNAL_ERROR, unread_reject(failure)).message(
-            &self.id,
-            &self.trace_id,
-            self.modern,
-        )
+        let reject = failure.reject(Asked::message(PASS_TIMEOUT));
+        Refusal::error(INTERNAL_ERROR, reject).message(&self.id, &self.trace_id, self.modern)
     }
 }

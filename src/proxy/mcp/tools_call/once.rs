@@ -13,16 +13,16 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use std::time::Duration;
 
-use super::answer::{self, Failure};
-use super::call::shape_answer;
 use super::live::Tap;
-use super::reply::Refusal;
-use crate::limits::dedupe::{Buffered, Ran, Settled};
-use crate::limits::once::unknown_outcome;
+use super::result::shape_answer;
+use crate::limits::dedupe::{Buffered, Settled};
 use crate::policy::contract::Contract;
-use crate::proxy::exchange::{Exchange, Received};
-use crate::proxy::upstream::{failure_reject, status_reject, Failure as SendFailure, Upstream};
-use crate::vocab::{Code, Recovery, Reject};
+use crate::proxy::backend::exchange::{Exchange, Received};
+use crate::proxy::backend::failure::status_settled;
+use crate::proxy::backend::upstream::Upstream;
+use crate::proxy::backend::Asked;
+use crate::proxy::mcp::answer;
+use crate::proxy::mcp::reply::Refusal;
 
 /// The JSON-RPC answer for request `id`, shaped, from a shared outcome; the HTTP status
 /// rides along for JSON-RPC errors an upstream sent with a 4xx.
@@ -80,12 +80,7 @@ async fn settle(
     let status = response.status();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         // Refused before it ran: a retry may run it.
-        let reject = status_reject(status)
-            .unwrap_or_else(|| Reject::new(Code::BackendUnavailable, "unavailable"));
-        return Settled::Failed {
-            reject,
-            ran: Ran::No,
-        };
+        return status_settled(status);
     }
     if !status.is_success() {
         // A JSON-RPC error an upstream sends with a 4xx passes; any other failure becomes
@@ -97,12 +92,7 @@ async fn settle(
                 body: bytes,
                 interim: false,
             }),
-            None => Settled::Failed {
-                reject: status_reject(status).unwrap_or_else(|| {
-                    Reject::new(Code::BackendError, "the backend did not answer the call")
-                }),
-                ran: Ran::Yes,
-            },
+            None => status_settled(status),
         };
     }
     let collected = match tap.as_mut() {
@@ -118,30 +108,9 @@ async fn settle(
             interim: asks_for_input(&message),
             body: Bytes::from(serde_json::to_vec(&message).unwrap_or_default()),
         }),
-        Err(failure) => {
-            let (reject, ran) = match failure {
-                Failure::TimedOut => (failure_reject(SendFailure::TimedOut, false, window), Ran::Maybe),
-                Failure::Broken => (
-                    // It may have run: never tell the agent to retry it.
-                    Reject::new(Code::BackendUnavailable, "the backend connection broke before the tool's result arrived; the call may have run")
-                        .with_retryable(false)
-                        .with_recovery(Recovery::Stop),
-                    Ran::Maybe,
-                ),
-                // The lead's client resumes the stream and gets the result there; a
-                // duplicate can't, and the call must not run again.
-                Failure::Resumable => (
-                    unknown_outcome(window, "its result went to the first caller's resumed event stream; it will not be sent again"),
-                    Ran::Maybe,
-                ),
-                Failure::TooLarge(n) => (Reject::new(Code::OutputContractViolation, format!("the tool's result is larger than {n} bytes")), Ran::Yes),
-                Failure::NotAnAnswer => (
-                    Reject::new(Code::OutputContractViolation, "the backend's answer is not a JSON-RPC response to the call"),
-                    Ran::Yes,
-                ),
-            };
-            Settled::Failed { reject, ran }
-        }
+        // A lead's client resumes a `Resumable` stream and gets the result there; the
+        // refusal is for duplicates, which can't. Either way the call must not run again.
+        Err(failure) => failure.settled(Asked::call(false, window)),
     }
 }
 

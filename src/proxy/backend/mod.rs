@@ -1,0 +1,15 @@
+//! The backend: sending a call, reading what comes back, and the one mapping from a
+//! backend failure to a refusal and to whether the call ran ([`failure`]).
+//!
+//! - [`upstream`]: the pooled HTTP/1.1 client; a send fails as a [`Failure`] that says
+//!   how far it got (no connection, no response head, no head in time).
+//! - [`exchange`]: one exchange as owned data; idempotent calls retried within their
+//!   timeout, others sent once and buffered for their duplicates.
+//! - [`failure`]: what can go wrong between toolgate and the backend, and the one
+//!   function that turns it into a `Reject` and a [`Ran`](crate::limits::dedupe::Ran)
+//!   answer. REST and MCP both call it; nothing else decides either.
+
+pub mod exchange;
+pub mod failure;
+pub mod upstream;
+pub use failure::{status_reject, Asked, Failure};
