@@ -57,7 +57,10 @@ pub async fn answer(
 async fn element(ex: &Exchange<'_>, message: Message) -> Option<Value> {
     let id = message.reply_id();
     let answer = match route(&message) {
-        Route::Call => tool::element(ex, message).await,
+        Route::Call => match ex.withheld_call(&message) {
+            Some(reject) => withheld(ex, &message, reject).await,
+            None => tool::element(ex, message).await,
+        },
         Route::List => listing::element(ex, &message).await,
         Route::Pass if message.kind != Kind::Request => {
             forward::notify(ex, &message).await;
@@ -73,6 +76,17 @@ async fn element(ex: &Exchange<'_>, message: Message) -> Option<Value> {
         },
     };
     Some(answer)
+}
+
+/// A call of a tool the listing withholds (`mcp.onDrift: hide`): refused, with a
+/// record of its own like every call of a batch.
+async fn withheld(ex: &Exchange<'_>, message: &Message, reject: Reject) -> Value {
+    let mut outcome = ex.element_outcome();
+    outcome.mcp_message("tools/call", message.id.as_ref(), None);
+    outcome.refused(&reject);
+    let answer = Refusal::of_call(reject).message(&message.reply_id(), outcome.trace_id(), false);
+    outcome.record(&ex.gate.metrics, &ex.gate.audit).await;
+    answer
 }
 
 async fn collected(ex: &Exchange<'_>, message: &Message) -> Value {

@@ -20,6 +20,7 @@
 pub mod answer;
 pub mod batch;
 pub mod call;
+pub mod drift;
 pub mod forward;
 pub mod jsonrpc;
 pub mod list;
@@ -34,6 +35,7 @@ pub mod reply;
 pub mod session;
 pub mod sse;
 pub mod tool;
+pub mod tool_drift;
 pub mod tool_error;
 
 use bytes::Bytes;
@@ -200,7 +202,10 @@ async fn single(
         return ex.refuse(outcome, refusal, &id);
     }
     match route(&message) {
-        Route::Call => tool::single(ex, message, bytes, outcome).await,
+        Route::Call => match ex.withheld_call(&message) {
+            Some(reject) => ex.refuse(outcome, Refusal::of_call(reject), &id),
+            None => tool::single(ex, message, bytes, outcome).await,
+        },
         Route::List => listing::single(ex, &message, bytes, outcome).await,
         Route::Pass => forward::pass(ex, &message, bytes, outcome).await,
         Route::Guarded => match ex.method_permit(message.method.as_deref().unwrap_or_default()) {
@@ -293,6 +298,15 @@ impl Exchange<'_> {
     pub fn refuse(&self, outcome: &mut Outcome, refusal: Refusal, id: &Value) -> Response<Body> {
         outcome.refused(&refusal.reject);
         refusal.response(id, self.trace_id(), self.modern)
+    }
+
+    /// With `mcp.onDrift: hide`, the refusal of a call of a tool the listing withholds
+    /// because the backend lists it unlike its contract ([`tool_drift`]). Checked before
+    /// the call is governed, like a tool no contract covers, so it is `UNKNOWN_TOOL`.
+    pub fn withheld_call(&self, message: &Message) -> Option<Reject> {
+        let snapshot = self.snapshot.as_ref()?;
+        let tool = message.params()?.get("name")?.as_str()?;
+        self.gate.tool_drift.withheld(snapshot, tool)
     }
 
     /// A fresh outcome for one call of a batch.
