@@ -270,6 +270,23 @@ async fn a_looser_schema_is_drift_and_hide_withholds_until_the_contract_is_updat
         refused["error"]["data"]["error"]["code"], "UNKNOWN_TOOL",
         "{refused}"
     );
+    // Nor inside a batch, where each call is dispatched on its own.
+    let batch = json!([{"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "search_docs", "arguments": {"q": "install guide"}}}]);
+    let r = h
+        .call(
+            "POST",
+            "/mcp",
+            Some(OPS_TOKEN),
+            &[("accept", "application/json, text/event-stream")],
+            &batch.to_string(),
+        )
+        .await;
+    assert_eq!(
+        r.json[0]["error"]["data"]["error"]["code"], "UNKNOWN_TOOL",
+        "{}",
+        r.text
+    );
     let echo = peers::client(&url, Some(OPS_TOKEN), "legacy", &["call", "echo", "{}"]).await;
     assert_eq!(
         echo["isError"], false,

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! identify → POST: read body → parse (message | batch) → session owner → per message:
-//!     tools/call  → govern → forward → shape the result          (call, tool)
-//!     tools/list  → forward → filter to the agent's tools        (list, listing)
+//!     tools/call  → withheld for drift? → govern → forward → shape the result  (call, tool)
+//!     tools/list  → forward → filter to the agent's tools, as their contracts,
+//!                   drift judged (list, listing, drift, tool_drift)
 //!     initialize, ping, server/discover, notifications, responses → pass (forward)
 //!     any other method → pass only if the policy's mcpMethods grant it
 //! GET / DELETE → session owner → pass (streamed)
