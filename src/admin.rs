@@ -17,6 +17,7 @@ use crate::audit::AuditLog;
 use crate::control::Control;
 use crate::identity::credential;
 use crate::proxy::body::{full, Body};
+use crate::proxy::mcp::tools_list::tool_drift::ToolDrift;
 use crate::state::Shared;
 use crate::telemetry::metrics::Metrics;
 use crate::vocab::{Code, Reject};
@@ -29,6 +30,8 @@ pub struct Admin {
     pub state: Option<Arc<Shared>>,
     /// The approval API (`/approvals…`).
     pub approvals: Arc<Approvals>,
+    /// `mcp.listing`, `mcp.onDrift` and the tools that drifted from their contracts.
+    pub tool_drift: Arc<ToolDrift>,
 }
 
 impl Admin {
@@ -75,6 +78,7 @@ impl Admin {
                     "errors": self.control.errors(),
                     "audit": self.audit_status(),
                     "state": self.state_status(),
+                    "mcp": self.tool_drift.status(),
                 });
                 let mut response = text(
                     StatusCode::OK,

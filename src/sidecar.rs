@@ -28,6 +28,7 @@ use crate::proxy::anonymous::Anonymous;
 use crate::proxy::backend::upstream::Upstream;
 use crate::proxy::mcp::oauth::ResourceServer;
 use crate::proxy::mcp::origin::Guard;
+use crate::proxy::mcp::tools_list::tool_drift::ToolDrift;
 use crate::proxy::server::{serve, Closes, ConnLimits};
 use crate::proxy::stage::identify::Identity;
 use crate::proxy::{pipeline, Gate};
@@ -174,6 +175,7 @@ impl Sidecar {
             mcp_pending: Default::default(),
             stragglers: Default::default(),
             anonymous,
+            tool_drift: Arc::new(ToolDrift::new(&settings.mcp, metrics.tool_drift.clone())),
         });
 
         let agent_listener = TcpListener::bind(settings.listen)
@@ -212,6 +214,7 @@ impl Sidecar {
             audit: gate.audit.clone(),
             state: gate.shared.clone(),
             approvals: gate.approvals.clone(),
+            tool_drift: gate.tool_drift.clone(),
         });
         let admin = tokio::spawn(serve(
             admin_listener,

@@ -773,6 +773,36 @@ fn connection_and_approval_bounds_reach_every_sidecar() {
     assert!(error.contains("writeTimeoutMs"), "{error}");
 }
 
+/// `sidecar.mcp.listing` and `.onDrift` reach every sidecar as the variables its settings
+/// load; unset, the sidecar keeps its defaults, and a value it doesn't know is refused by
+/// the chart.
+#[test]
+fn listing_settings_reach_every_sidecar() {
+    use toolgate::config::{Listing, OnDrift, Settings};
+    use toolgate::inject::sidecar::{self, PodFacts};
+
+    let settings = injector_settings("sidecar: {mcp: {listing: backend, onDrift: hide}}");
+    let pod = PodFacts {
+        upstream_port: 8080,
+        service_name: None,
+    };
+    let vars = sidecar::container(&settings.sidecar, &pod)
+        .env
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)));
+    let loaded = Settings::parse("sidecar", "", vars).unwrap();
+    assert_eq!(loaded.mcp.listing, Listing::Backend);
+    assert_eq!(loaded.mcp.on_drift, OnDrift::Hide);
+    let defaults = injector_settings("sidecar: {mcp: {listing: null}}");
+    assert!(!defaults.sidecar.env.contains_key("TOOLGATE_MCP_LISTING"));
+    assert!(!defaults.sidecar.env.contains_key("TOOLGATE_MCP_ON_DRIFT"));
+    let dir = tempfile::tempdir().unwrap();
+    let bad = values_file(dir.path(), "bad.yaml", "sidecar: {mcp: {onDrift: ignore}}");
+    let error = template(Some(&bad)).unwrap_err();
+    assert!(error.contains("onDrift"), "{error}");
+}
+
 /// With the memory backend the redis values set nothing: the injector's settings, and so
 /// the Deployment's config checksum, are the default render's, and no pod needs the
 /// password Secret.

@@ -27,6 +27,8 @@ const KEYS: &[(&str, Kind)] = &[
     ("mcp.path", Kind::Str),
     ("mcp.allowedOrigins", Kind::List),
     ("mcp.allowedHosts", Kind::List),
+    ("mcp.listing", Kind::Str),
+    ("mcp.onDrift", Kind::Str),
     ("policies.files", Kind::List),
     ("policies.allowShadow", Kind::Bool),
     ("policies.kubernetes.enabled", Kind::Bool),

@@ -163,6 +163,34 @@ pub struct Mcp {
     pub allowed_origins: Vec<String>,
     /// When set, the only `Host` values accepted (`host[:port]`); empty: any.
     pub allowed_hosts: Vec<String>,
+    /// What `tools/list` shows of a granted tool: its contract's description and schemas
+    /// (the default), or the backend's own.
+    pub listing: Listing,
+    /// What happens to a tool whose backend listing drifted from its contract.
+    pub on_drift: OnDrift,
+}
+
+/// `mcp.listing`: whose description and input schema a listed tool carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Listing {
+    /// The contract's, so what the model reads is what was reviewed.
+    #[default]
+    Contract,
+    /// The backend's own, as it listed them.
+    Backend,
+}
+
+/// `mcp.onDrift`: a tool whose backend listing differs from its contract (description or
+/// input schema) is reported either way; `hide` also withholds it, and refuses its calls,
+/// until the contract and the listing agree again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDrift {
+    /// Keep listing the tool (as `mcp.listing` says).
+    #[default]
+    List,
+    Hide,
 }
 
 /// `mcp.allowedOrigins` when unset: local pages only.
@@ -178,6 +206,8 @@ impl Default for Mcp {
             path: "/mcp".into(),
             allowed_origins: default_allowed_origins(),
             allowed_hosts: Vec::new(),
+            listing: Listing::default(),
+            on_drift: OnDrift::default(),
         }
     }
 }

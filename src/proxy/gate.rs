@@ -38,4 +38,7 @@ pub struct Gate {
     pub stragglers: crate::proxy::detach::Stragglers,
     /// The per-address allowance of answers that name no agent.
     pub anonymous: Arc<crate::proxy::anonymous::Anonymous>,
+    /// `mcp.listing` / `mcp.onDrift`, and which tools the backend lists unlike their
+    /// contracts.
+    pub tool_drift: Arc<crate::proxy::mcp::tools_list::tool_drift::ToolDrift>,
 }

@@ -11,9 +11,11 @@ pub const POLICY_VERSION: &str = "toolgate.policy.version";
 pub const UPSTREAM_STATUS: &str = "toolgate.upstream.status";
 pub const STATE: &str = "toolgate.state";
 pub const APPROVAL_ID: &str = "toolgate.approval.id";
+/// The tools a `tools/list` answer showed unlike their contracts (`tool_drift`).
+pub const DRIFTED_TOOLS: &str = "toolgate.drift.tools";
 
 /// Every `toolgate.*` attribute.
-pub const ATTRIBUTES: [&str; 9] = [
+pub const ATTRIBUTES: [&str; 10] = [
     DECISION,
     AGENT_ID,
     AGENT_ISSUER,
@@ -23,6 +25,7 @@ pub const ATTRIBUTES: [&str; 9] = [
     UPSTREAM_STATUS,
     STATE,
     APPROVAL_ID,
+    DRIFTED_TOOLS,
 ];
 
 /// Span events marking the stages a call passed.
@@ -34,9 +37,11 @@ pub const REFUSED: &str = "refused";
 pub const APPROVAL_REQUESTED: &str = "approval_requested";
 pub const APPROVAL_DENIED: &str = "approval_denied";
 pub const APPROVAL_USED: &str = "approval_used";
+/// A `tools/list` answer showed tools unlike their contracts (`proxy::mcp::tools_list::drift`).
+pub const TOOL_DRIFT: &str = "tool_drift";
 
 /// Every span event.
-pub const EVENTS: [&str; 7] = [
+pub const EVENTS: [&str; 8] = [
     CLASSIFIED,
     IDENTIFIED,
     ALLOWED,
@@ -44,4 +49,5 @@ pub const EVENTS: [&str; 7] = [
     APPROVAL_REQUESTED,
     APPROVAL_DENIED,
     APPROVAL_USED,
+    TOOL_DRIFT,
 ];

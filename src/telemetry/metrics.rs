@@ -147,6 +147,9 @@ pub struct Metrics {
     runtime_alive_tasks: Gauge,
     /// The semantic conventions' duration histograms.
     pub conventions: ConventionMetrics,
+    /// 1 for a contract's tool whose backend listing drifted from it, 0 once one agrees;
+    /// one series per contract tool a listing showed (`proxy::mcp::tools_list::tool_drift`).
+    pub tool_drift: Family<ToolLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -278,8 +281,15 @@ impl Metrics {
             "How long the oldest pending approval has waited, 0 when none waits",
             approvals_oldest_pending_age.clone(),
         );
+        let tool_drift = Family::<ToolLabels, Gauge>::default();
+        registry.register(
+            "toolgate_tool_drift",
+            "1 while the backend's tools/list shows a tool with another description or input schema than its contract, 0 once they agree",
+            tool_drift.clone(),
+        );
         let conventions = ConventionMetrics::register(&mut registry);
         Metrics {
+            tool_drift,
             jwks_refreshes,
             registry,
             conventions,

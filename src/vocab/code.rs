@@ -218,7 +218,11 @@ impl Code {
             }
             Code::HeadersTooLarge => "more than `limits.maxHeaders` request headers",
             Code::Unauthenticated => "no credential, or one that is not valid",
-            Code::UnknownTool => "no contract matches the call (REST route or MCP tool name)",
+            Code::UnknownTool => {
+                "no contract matches the call (REST route or MCP tool name), or with \
+                 `mcp.onDrift: hide` the MCP tool is withheld: its backend lists it unlike its \
+                 contract"
+            }
             Code::AgentDisabled => "the agent's policy has `enabled: false` (the kill switch)",
             Code::ToolNotAllowed => {
                 "no policy governs the agent, or its policy grants no such tool (or MCP method)"

@@ -4,7 +4,7 @@
                      [--timeout SECONDS] SCENARIO [ARGS...]
 
 Scenarios (one per run):
-    list                  -> {"tools": [name, ...], "protocolVersion": "..."}
+    list                  -> {"tools": [name, ...], "listed": [each tool as listed], "protocolVersion": "..."}
     call NAME JSON_ARGS   -> {"isError": bool, "structuredContent": ..., "content": [...], "protocolVersion": ...}
     resources             -> {"resources": [uri, ...], "protocolVersion": ...}
     prompts               -> {"prompts": [name, ...], "protocolVersion": ...}
@@ -251,7 +251,10 @@ def _oauth_report() -> dict[str, Any]:
 async def _scenario(session: ClientSession, args: argparse.Namespace) -> dict[str, Any]:
     if args.scenario == "list":
         result = await session.list_tools()
-        return {"tools": [t.name for t in result.tools]}
+        return {
+            "tools": [t.name for t in result.tools],
+            "listed": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in result.tools],
+        }
     if args.scenario == "call":
         if len(args.args) != 2:
             raise SystemExit("usage: call NAME JSON_ARGS")

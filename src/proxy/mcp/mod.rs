@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! identify → POST: read body → parse (message | batch) → session owner → per message:
-//!     tools/call  → govern → forward → shape the result          (call, tool)
-//!     tools/list  → forward → filter to the agent's tools        (list, listing)
+//!     tools/call  → withheld for drift? → govern → forward → shape the result  (call, tool)
+//!     tools/list  → forward → filter to the agent's tools, as their contracts,
+//!                   drift judged (list, listing, drift, tool_drift)
 //!     initialize, ping, server/discover, notifications, responses → pass (forward)
 //!     any other method → pass only if the policy's mcpMethods grant it
 //! GET / DELETE → session owner → pass (streamed)
@@ -288,6 +289,15 @@ impl Inbound<'_> {
     pub fn refuse(&self, outcome: &mut Outcome, refusal: Refusal, id: &Value) -> Response<Body> {
         outcome.refused(&refusal.reject);
         refusal.response(id, self.trace_id(), self.modern)
+    }
+
+    /// With `mcp.onDrift: hide`, the refusal of a call of a tool the listing withholds
+    /// because the backend lists it unlike its contract ([`tools_list::tool_drift`]). Checked before
+    /// the call is governed, like a tool no contract covers, so it is `UNKNOWN_TOOL`.
+    pub fn withheld_call(&self, message: &Message) -> Option<Reject> {
+        let snapshot = self.snapshot.as_ref()?;
+        let tool = message.params()?.get("name")?.as_str()?;
+        self.gate.tool_drift.withheld(snapshot, tool)
     }
 
     /// A fresh outcome for one call of a batch.

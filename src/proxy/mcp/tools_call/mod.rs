@@ -155,6 +155,10 @@ async fn forward_call(
             "no policy is loaded yet",
         )));
     };
+    // `mcp.onDrift: hide`: a tool the listing withholds is no tool (`tool_drift`).
+    if let Some(reject) = ex.withheld_call(message) {
+        return Err(Refusal::of_call(reject));
+    }
     let (tool, proposal) = proposal::proposal(ex, &snapshot, message)?;
     let contract = snapshot.contract(tool);
     // The lead of a call that runs at most once streams its progress as it comes; a

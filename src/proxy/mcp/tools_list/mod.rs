@@ -3,8 +3,14 @@
 //!
 //! The listing is never passed on unchecked: an answer toolgate can't read (not JSON,
 //! too large, late) becomes a JSON-RPC error instead of the backend's list.
+//!
+//! What the answer showed of drift goes to the sidecar's record ([`ToolDrift`]) and, as
+//! a `tool_drift` event, to the listing's span. An SSE answer arrives after the request's
+//! record is written, so the span is taken over by the rewrite and ends with the stream.
 
+pub mod drift;
 pub mod filter;
+pub mod tool_drift;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
@@ -21,7 +27,10 @@ use crate::policy::Snapshot;
 use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::{full, Body};
 use crate::proxy::outcome::Outcome;
+use crate::telemetry::attributes;
+use crate::telemetry::metrics::Metrics;
 use crate::vocab::{Code, Reject};
+use tool_drift::ToolDrift;
 
 /// A single tools/list POST.
 pub async fn single(
@@ -56,9 +65,9 @@ pub async fn single(
     }
     let deadline = tokio::time::Instant::now() + PASS_TIMEOUT;
     let max = ex.gate.limits.max_response_bytes;
-    let mut rewrite = ListRewrite::new(ex, snapshot, id.clone());
     match shape_of(&response) {
         Shape::EventStream => {
+            let rewrite = ListRewrite::new(ex, snapshot, id.clone(), Some(outcome));
             let (mut parts, incoming) = response.into_parts();
             clean(&mut parts.headers);
             parts.headers.remove(header::CONTENT_LENGTH);
@@ -66,6 +75,7 @@ pub async fn single(
             Response::from_parts(parts, body)
         }
         Shape::Json => {
+            let mut rewrite = ListRewrite::new(ex, snapshot, id.clone(), Some(outcome));
             let (mut parts, incoming) = response.into_parts();
             let message = match answer::read_json(incoming, &id, max, deadline).await {
                 Ok(message) => rewrite.answer(message),
@@ -91,7 +101,7 @@ pub async fn element(ex: &Inbound<'_>, message: &Message) -> Value {
     let Some(snapshot) = ex.snapshot.clone() else {
         return not_ready().message(&id, ex.trace_id(), false);
     };
-    let mut rewrite = ListRewrite::new(ex, snapshot, id.clone());
+    let mut rewrite = ListRewrite::new(ex, snapshot, id.clone(), None);
     match forward::collect(ex, message, PASS_TIMEOUT).await {
         Ok(answer) => rewrite.answer(answer),
         Err(refusal) => refusal.message(&id, ex.trace_id(), false),
@@ -111,27 +121,72 @@ struct ListRewrite {
     id: Value,
     trace_id: String,
     modern: bool,
+    drift: Arc<ToolDrift>,
+    /// The listing's span, when this answer is a request's own (a batch's element has
+    /// none of its own).
+    span: Option<ListSpan>,
 }
 
 impl ListRewrite {
-    fn new(ex: &Inbound<'_>, snapshot: Arc<Snapshot>, id: Value) -> ListRewrite {
+    fn new(
+        ex: &Inbound<'_>,
+        snapshot: Arc<Snapshot>,
+        id: Value,
+        outcome: Option<&mut Outcome>,
+    ) -> ListRewrite {
         ListRewrite {
             snapshot,
             agent: ex.agent.id.clone(),
             id,
             trace_id: ex.trace_id().to_string(),
             modern: ex.modern,
+            drift: ex.gate.tool_drift.clone(),
+            span: outcome.map(|outcome| ListSpan {
+                outcome: outcome.follow_up(),
+                metrics: ex.gate.metrics.clone(),
+            }),
         }
+    }
+}
+
+/// The listing's span, taken over from its request: it ends when the rewrite is dropped
+/// (the answer delivered, or the stream gone).
+struct ListSpan {
+    outcome: Outcome,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for ListSpan {
+    fn drop(&mut self) {
+        self.outcome.close(&self.metrics);
     }
 }
 
 impl Rewrite for ListRewrite {
     fn answer(&mut self, mut message: Value) -> Value {
-        if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) {
-            filter::filter(
-                result,
-                &self.snapshot,
-                self.snapshot.policy_for(&self.agent),
+        let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+            return message;
+        };
+        let seen = filter::filter(
+            result,
+            &self.snapshot,
+            self.snapshot.policy_for(&self.agent),
+            self.drift.presentation,
+        );
+        self.drift.observe(&self.snapshot, &seen);
+        let drifted: Vec<opentelemetry::StringValue> = seen
+            .into_iter()
+            .filter(|s| s.drift.is_some())
+            .map(|s| s.tool.into())
+            .collect();
+        if let (Some(span), false) = (&self.span, drifted.is_empty()) {
+            let tools = opentelemetry::Value::Array(opentelemetry::Array::String(drifted));
+            span.outcome.span().event(
+                attributes::TOOL_DRIFT,
+                vec![opentelemetry::KeyValue::new(
+                    attributes::DRIFTED_TOOLS,
+                    tools,
+                )],
             );
         }
         message
