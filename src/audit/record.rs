@@ -202,6 +202,8 @@ struct Call<'a> {
     replayed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     inputs: &'a Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: &'a Option<String>,
 }
 
 impl<'a> Call<'a> {
@@ -224,6 +226,7 @@ impl<'a> Call<'a> {
             approval: &entry.approval,
             replayed: entry.replayed,
             inputs: &entry.inputs,
+            task: &entry.task,
         }
     }
 }

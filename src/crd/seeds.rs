@@ -64,9 +64,6 @@ impl JsonSchema for Cost {
 
     /// An integer or a string, in the one form a structural CRD schema allows for that.
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "x-kubernetes-int-or-string": true,
-            "anyOf": [{"type": "integer"}, {"type": "string"}]
-        })
+        json_schema!({"x-kubernetes-int-or-string": true})
     }
 }
