@@ -71,6 +71,11 @@ impl Requirement {
         })
     }
 
+    /// Whether an earlier call must also match (`match`), not only be of the tool.
+    pub fn has_match(&self) -> bool {
+        self.matches.is_some()
+    }
+
     /// Whether `prior` meets this requirement for a call with `args`. A `match` that
     /// fails to evaluate (a field missing) does not meet it.
     pub fn met_by(&self, prior: &Prior<'_>, args: &Value) -> bool {
