@@ -240,7 +240,18 @@ fn decide(
     }
     // The call order needs the arguments after the rules took them.
     let order_args = (!grant.requires.is_empty()).then(|| args.clone());
-    let after = match redecide(policy, agent, contract, Args::from(args), &inputs) {
+    let decided = redecide(policy, agent, contract, Args::from(args), &inputs);
+    // As in the gate: the call order is checked after the rules, before any approval.
+    if let (Ok(_), Some(args)) = (&decided, order_args) {
+        match histories.check(&grant.requires, recorded, &args) {
+            order::Verdict::Met => {}
+            order::Verdict::Unmet(reject) => {
+                return (Outcome::deny(reject.code, reject.rule), false)
+            }
+            order::Verdict::Unknown => return (before.clone(), true),
+        }
+    }
+    let after = match decided {
         Ok(decided) if !decided.needs_approval => Outcome::allow(),
         // Held for a person: what the person did can't be replayed. A call that ran under
         // an approval, or was held or denied by one, keeps its outcome.
@@ -249,14 +260,7 @@ fn decide(
         Ok(_) => Outcome::deny(Code::ApprovalRequired, None),
         Err(reject) => Outcome::deny(reject.code, reject.rule),
     };
-    match order_args.filter(|_| after.allowed) {
-        None => (after, false),
-        Some(args) => match histories.check(&grant.requires, recorded, &args) {
-            order::Verdict::Met => (after, false),
-            order::Verdict::Unmet(reject) => (Outcome::deny(reject.code, reject.rule), false),
-            order::Verdict::Unknown => (before.clone(), true),
-        },
-    }
+    (after, false)
 }
 
 fn is_approval(outcome: &Outcome) -> bool {
