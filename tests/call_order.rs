@@ -536,3 +536,65 @@ async fn call_order_and_budgets_over_mcp_redis() {
     mcp_flow(&h, &backend, &key).await;
     h.stop().await;
 }
+
+#[test]
+fn toolgate_check_knows_every_new_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, REFUNDS).unwrap();
+    let check = |path: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["check", "--strict"])
+            .arg(path)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, text) = check(&good);
+    assert!(ok, "{text}");
+    let bad = dir.path().join("bad.yaml");
+    let broken = REFUNDS
+        .replace(
+            "prior.args.order_id == args.order_id",
+            "prior.args.order_id ==",
+        )
+        .replace("timezone: Europe/Berlin", "timezone: Europe/Atlantis")
+        .replace("maxSame: 3", "maxSame: 0")
+        .replace("cost: args.amount", "cost: -4")
+        .replace("- tool: get_order", "- tool: get_invoice");
+    std::fs::write(&bad, broken).unwrap();
+    let (ok, text) = check(&bad);
+    assert!(!ok, "{text}");
+    for field in ["spec.cost", "spec.session.maxSame"] {
+        assert!(text.contains(field), "{field} in {text}");
+    }
+    // Errors of one object stop at its first; the policy's come one by one.
+    let only = |from: &str, to: &str| {
+        let path = dir.path().join("one.yaml");
+        std::fs::write(&path, REFUNDS.replace(from, to)).unwrap();
+        check(&path)
+    };
+    let (ok, text) = only(
+        "prior.args.order_id == args.order_id",
+        "prior.args.order_id ==",
+    );
+    assert!(
+        !ok && text.contains("spec.tools[2].requires[0].match"),
+        "{text}"
+    );
+    let (ok, text) = only("timezone: Europe/Berlin", "timezone: Europe/Atlantis");
+    assert!(!ok && text.contains("Europe/Atlantis"), "{text}");
+    let (ok, text) = only("perDay: 100", "perDay: -100");
+    assert!(
+        !ok && text.contains("spec.tools[2].budget.perDay"),
+        "{text}"
+    );
+    let (ok, text) = only("- tool: get_order", "- tool: get_invoice");
+    assert!(
+        !ok && text.contains("spec.tools[2].requires[0].tool"),
+        "{text}"
+    );
+}
