@@ -53,6 +53,7 @@ spec:
   tools:
     - name: get_order
     - name: ping
+      budget: {perDay: 2}
     - name: refund
       requires:
         - tool: get_order
@@ -246,6 +247,14 @@ async fn call_order_and_budgets_hold_across_replicas_on_redis() {
     let [a, b] = redis_pair(&backend, &server.url()).await;
     // Looked up on one replica, refunded on the other; the budget is one for both.
     refund_flow(&a, &b, &backend).await;
+    // An idempotent call without a session is charged too, once for both replicas.
+    for h in [&a, &b] {
+        let r = h.call("GET", "/ping", Some(OPS_TOKEN), &[], "").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    a.call("GET", "/ping", Some(OPS_TOKEN), &[], "")
+        .await
+        .assert_refused("BUDGET_EXHAUSTED", 429);
     // maxSame counts on both replicas together.
     for h in [&a, &b, &a] {
         assert_eq!(get_order(h, "B", "cycle").await.status, 200);

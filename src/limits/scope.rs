@@ -31,6 +31,15 @@ pub fn task_label(scope: &str) -> String {
     scope.strip_prefix(TASK_MARK).unwrap_or(scope).to_string()
 }
 
+/// The scope as an approval or a log shows it: `task:T-1` (never the NUL mark) or the
+/// session id.
+pub fn shown(scope: &str) -> String {
+    match scope.strip_prefix(TASK_MARK) {
+        Some(id) => format!("task:{id}"),
+        None => scope.to_string(),
+    }
+}
+
 /// How a message names the scope: `task T-1` or `session s1`.
 pub fn label(scope: &str) -> Cow<'_, str> {
     match scope.strip_prefix(TASK_MARK) {
