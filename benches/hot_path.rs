@@ -180,6 +180,7 @@ fn stages(c: &mut Criterion) {
         approval: None,
         inputs: None,
         replayed: false,
+        task: None,
     };
     c.bench_function("audit/args_digest_1k", |b| {
         b.iter(|| plain.args_digest(black_box(args.value())))

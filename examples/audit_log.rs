@@ -160,6 +160,7 @@ fn call(n: u64) -> Entry {
         state: None,
         approval: proposed.approval,
         replayed: false,
+        task: None,
         inputs: proposed.inputs,
     };
     if let Some((code, rule)) = refusal(kind) {

@@ -48,6 +48,7 @@ fn main() {
     let session_limits = SessionLimits {
         max_calls: Some(200),
         max_repeats: Some(3),
+        ..SessionLimits::default()
     };
     let window = Duration::from_secs(600);
     // A typical small non-idempotent result.

@@ -18,7 +18,7 @@ fn check_accepts_the_examples() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("ok: 7 objects in 2 files"), "{text}");
+    assert!(text.contains("ok: 8 objects in 2 files"), "{text}");
 }
 
 #[test]
@@ -307,6 +307,8 @@ fn demo_prints_every_scenario_and_exits_zero() {
         "RATE_LIMITED",
         "APPROVAL_REQUIRED",
         "approver alice (finance-leads) approves",
+        "CALL_ORDER_VIOLATION",
+        "BUDGET_EXHAUSTED",
         "hash chain intact",
         "tools/list shows it lookup_order",
     ] {
@@ -332,17 +334,26 @@ fn demo_prints_every_scenario_and_exits_zero() {
         !text.contains("db-7"),
         "backend internals leaked into the demo:\n{text}"
     );
-    // Held, approved, run once, then replayed: the refund ran once.
+    // Refused before its order was looked up; then held, approved, run once, replayed;
+    // then another order's refund past the day's budget.
     let refunds: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("issue_refund"))
         .collect();
-    assert_eq!(refunds.len(), 3, "{text}");
+    assert_eq!(refunds.len(), 5, "{text}");
     assert!(
-        refunds[0].contains("202") && refunds[1].contains("201"),
+        refunds[0].contains("CALL_ORDER_VIOLATION") && refunds[0].contains("[call_first]"),
         "{text}"
     );
-    assert!(refunds[2].contains("replayed, not run again"), "{text}");
+    assert!(
+        refunds[1].contains("202") && refunds[2].contains("201"),
+        "{text}"
+    );
+    assert!(refunds[3].contains("replayed, not run again"), "{text}");
+    assert!(
+        refunds[4].contains("BUDGET_EXHAUSTED") && refunds[4].contains("429"),
+        "{text}"
+    );
 }
 
 /// Splits a printed command the way `sh` would for the demo's `curl` lines: words, and

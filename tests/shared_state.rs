@@ -638,6 +638,7 @@ async fn the_admission_script_decides_as_the_ledger_does() {
     let session = SessionLimits {
         max_calls: Some(3),
         max_repeats: Some(1),
+        ..SessionLimits::default()
     };
     let args = Args::from(serde_json::json!({"n": 1}));
     let other = Args::from(serde_json::json!({"n": 2}));

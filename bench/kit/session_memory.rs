@@ -34,6 +34,7 @@ pub fn run(count: u64) -> anyhow::Result<()> {
     let limits = SessionLimits {
         max_calls: Some(200),
         max_repeats: Some(3),
+        ..SessionLimits::default()
     };
     let before = rss_kib();
     for i in 0..count {

@@ -46,7 +46,8 @@ pub async fn ask(
         status: Status::Pending,
         tool: contract.tool.clone(),
         agent: call.agent.to_string(),
-        session: call.session.map(str::to_string),
+        // A task-bound call's approval names its task (`task:<id>`).
+        session: call.session.map(crate::limits::scope::shown),
         arguments,
         condition: spec.condition().to_string(),
         approvers: spec.approvers.clone(),

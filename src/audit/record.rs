@@ -47,6 +47,10 @@ pub struct Entry {
     /// (`{"v": 1, "agent"?, "task"?, "session"?, "request"?}`), for `toolgate replay`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inputs: Option<Value>,
+    /// The task (its token's `task_id` or `jti`) the call's session limits and call
+    /// history keyed on, when it carried a task token and its policy keys on one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
 }
 
 /// A call's approval as its record names it.
@@ -198,6 +202,8 @@ struct Call<'a> {
     replayed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     inputs: &'a Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: &'a Option<String>,
 }
 
 impl<'a> Call<'a> {
@@ -220,6 +226,7 @@ impl<'a> Call<'a> {
             approval: &entry.approval,
             replayed: entry.replayed,
             inputs: &entry.inputs,
+            task: &entry.task,
         }
     }
 }

@@ -34,6 +34,7 @@ fn mk_entry(n: u64) -> Entry {
         approval: None,
         inputs: None,
         replayed: false,
+        task: None,
     }
 }
 

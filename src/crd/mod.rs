@@ -10,9 +10,11 @@ pub mod definition;
 #[cfg(test)]
 pub(crate) mod fixtures;
 mod manifest;
+pub mod seeds;
 pub mod status;
 
 pub use manifest::{parse_documents, parse_value, Manifest, ManifestError, Object, ObjectKey};
+pub use seeds::{Budget, Cost, Requirement, Within};
 pub use status::{Condition, ObjectStatus};
 
 // kube (issue 6): CRD derives. `schemars(...)` attributes only shape the generated schema.
@@ -85,6 +87,10 @@ pub struct ToolContractSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
+    /// What one call costs against a spend `budget` (a whole number, or CEL over `args`
+    /// such as `args.amount`); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
     /// Record argument values in the audit log (with `redact` applied), not only a digest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub capture_arguments: bool,
@@ -157,6 +163,9 @@ pub struct AgentPolicySpec {
     /// Calls of all this policy's tools together, per agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// What each agent may spend per day on all this policy's tools (their `cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// Per-session budget and repeat-call (loop) detection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionLimits>,
@@ -200,7 +209,7 @@ pub struct RateLimit {
     pub burst: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionLimits {
     /// Calls one session may make; then `BUDGET_EXHAUSTED`.
@@ -211,6 +220,15 @@ pub struct SessionLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub max_repeats: Option<u32>,
+    /// The same call (tool and arguments) this many times in one task or session, in a
+    /// row or not, is `LOOP_DETECTED`: a cycle `maxRepeats` never sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_same: Option<u32>,
+    /// Refuse calls without a task token (`OUT_OF_TASK_SCOPE`), so every call's limits
+    /// key on a task the orchestrator confirmed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_task: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -226,6 +244,12 @@ pub struct ToolGrant {
     /// A person must approve a call of this grant before it runs (docs/approvals.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalSpec>,
+    /// Earlier calls this one needs, in the same task or session (call order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<Requirement>,
+    /// What each agent may spend per day on this tool (its contract's `cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
 }
 
 /// When a grant's calls need a person's approval, and whose.

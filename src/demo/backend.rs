@@ -47,6 +47,10 @@ async fn answer(request: Request<Incoming>) -> Response<Full<Bytes>> {
             r#"{"lines":[{"ts":"2026-11-30T06:00:00Z","msg":"order 17 shipped","client_ip":"10.1.2.3"}],"node":"ip-10-1-2-3.internal"}"#.to_string(),
         ),
         ("GET", p) if p.starts_with("/status/") => (StatusCode::OK, r#"{"healthy":true}"#.to_string()),
+        ("GET", p) if p.starts_with("/orders/") => (
+            StatusCode::OK,
+            format!(r#"{{"order_id":"{}","status":"delivered"}}"#, &p["/orders/".len()..]),
+        ),
         ("POST", "/issues") => (
             StatusCode::CREATED,
             format!(r#"{{"id":"OPS-{}","received":{}}}"#, body.len(), String::from_utf8_lossy(&body)),

@@ -1,6 +1,7 @@
 //! The tour's scripted REST session: one agent (`ops-bot`) through every kind of
 //! decision, in an order where each row shows one rule (the loop needs the three checks
-//! before it, the replayed refund the approval before it).
+//! before it, the replayed refund the approval before it, the refund the lookup before
+//! it, the spent budget the refund before it).
 
 /// The token of `ops-bot`, the agent of the example policies.
 pub const TOKEN: &str = "demo-ops-token";
@@ -165,6 +166,20 @@ pub const STEPS: &[Step] = &[
         "",
     ),
     step(
+        "a refund of an order never looked up",
+        "issue_refund",
+        "POST",
+        "/refunds",
+        REFUND,
+    ),
+    step(
+        "look the order up",
+        "get_order",
+        "GET",
+        "/orders/A-1042",
+        "",
+    ),
+    step(
         "a large refund: held for a person",
         "issue_refund",
         "POST",
@@ -185,6 +200,21 @@ pub const STEPS: &[Step] = &[
         "/refunds",
         REFUND,
     ),
+    step(
+        "look another order up",
+        "get_order",
+        "GET",
+        "/orders/A-1043",
+        "",
+    ),
+    step(
+        "a refund past the day's budget (300)",
+        "issue_refund",
+        "POST",
+        "/refunds",
+        SECOND_REFUND,
+    ),
 ];
 
 const REFUND: &str = r#"{"order_id":"A-1042","amount":250,"note":"damaged in transit"}"#;
+const SECOND_REFUND: &str = r#"{"order_id":"A-1043","amount":90,"note":"late delivery"}"#;

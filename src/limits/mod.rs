@@ -14,20 +14,24 @@
 //! - [`Ledger::admit`] — counts a call against its session just before it runs;
 //! - [`once::run`] — the at-most-once path for `idempotent: false` tools.
 //!
-//! A call without a session id (neither `Mcp-Session-Id` nor `X-Toolgate-Session`) has no
-//! session budget and no loop detection. Inventing a per-agent default session would turn
-//! `maxCalls` into a lifetime cap for agents that don't send the header (locked out until
-//! it idles away) and call every steady poll a loop; and an agent can escape either limit
-//! anyway by naming a fresh session. Rate limits and duplicate suppression still apply.
-//! To require a session, add a rule: `expr: "session.id != null"`.
+//! Session limits key on the call's task when it carries a task token (its `task_id` or
+//! `jti` claim, [`scope`]), else on the session id the client sent: an agent can't
+//! escape a task's limits by naming a new session, and `session.requireTask: true`
+//! refuses calls without a task token. A call with neither a task token nor a session id
+//! has no session budget and no loop detection (inventing a per-agent default would turn
+//! `maxCalls` into a lifetime cap and call every steady poll a loop); rate limits, spend
+//! budgets and duplicate suppression still apply.
 
 pub mod actions;
 pub mod backoff;
+pub mod budget;
 pub mod canonical;
 pub mod clock;
 pub mod dedupe;
+pub mod history;
 pub mod once;
 pub mod rate;
+pub mod scope;
 pub mod session;
 pub mod table;
 
@@ -41,8 +45,10 @@ use crate::policy::quota::Quota;
 use crate::vocab::args::Args;
 use crate::vocab::Reject;
 use actions::Actions;
+use budget::{Budgets, Charges};
 use canonical::{Key, KeyBuilder};
 use dedupe::Dedupe;
+use history::History;
 use rate::RateLimits;
 use session::Sessions;
 
@@ -61,6 +67,8 @@ pub struct Call<'a> {
     /// The action the contract's `dedupeKey` names, as a key: with one, "the same call"
     /// for duplicate suppression is the same action, whatever the other arguments.
     pub action: Option<&'a str>,
+    /// What the call costs against spend budgets, charged when it is admitted.
+    pub charges: Option<&'a Charges>,
     /// Computed on first use: an idempotent call without a session never needs it, and
     /// digesting the canonical arguments is a good part of a small call's cost.
     fingerprint: OnceLock<Key>,
@@ -82,8 +90,15 @@ impl<'a> Call<'a> {
             args,
             round: None,
             action: None,
+            charges: None,
             fingerprint: OnceLock::new(),
         }
+    }
+
+    /// The call as charged against spend budgets when admitted.
+    pub fn charging(mut self, charges: Option<&'a Charges>) -> Call<'a> {
+        self.charges = charges;
+        self
     }
 
     /// The call as one action of its tool's `dedupeKey`.
@@ -174,6 +189,8 @@ pub struct Ledger {
     sessions: Sessions,
     dedupe: Dedupe,
     actions: Actions,
+    budgets: Budgets,
+    history: History,
 }
 
 impl Ledger {
@@ -187,6 +204,8 @@ impl Ledger {
                 clock.clone(),
             ),
             actions: Actions::new(clock.clone()),
+            budgets: Budgets::new(capacity.sessions, clock.clone()),
+            history: History::new(capacity.session_idle, clock.clone()),
             clock,
         }
     }
@@ -212,9 +231,26 @@ impl Ledger {
         self.sessions.calls(agent, session)
     }
 
-    /// Counts a call about to run (`BUDGET_EXHAUSTED`, `LOOP_DETECTED` if it may not).
+    /// Counts a call about to run (`BUDGET_EXHAUSTED`, `LOOP_DETECTED` if it may not),
+    /// and charges its spend budgets: all of it, or nothing.
     pub fn admit(&self, call: &Call<'_>, limits: Option<&SessionLimits>) -> Result<(), Reject> {
-        self.sessions.admit(call, limits)
+        let Some(charges) = call.charges else {
+            return self.sessions.admit(call, limits);
+        };
+        self.budgets.charge(call.agent, charges)?;
+        self.sessions.admit(call, limits).inspect_err(|_| {
+            self.budgets.refund_all(call.agent, charges);
+        })
+    }
+
+    /// The successful calls `requires` reads (DESIGN §16).
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Spend budgets, charged at admission.
+    pub fn budgets(&self) -> &Budgets {
+        &self.budgets
     }
 
     /// Who owns each `dedupeKey` action.

@@ -12,6 +12,11 @@
 //!   breaks the streak. A refused call is not counted.
 //! - Only calls about to run are admitted: a duplicate answered from the first call never
 //!   reaches here (see `once`), and neither does a call refused earlier.
+//! - With `maxSame`, at most that many identical calls run in one session, in a row or
+//!   not (a cycle A, B, A, B … is caught too); the counts of up to [`MAX_SAME_TRACKED`]
+//!   distinct calls are kept per session (a session of more distinct calls than that is
+//!   no cycle of few).
+//! - The "session" is the call's task when it carries a task token (`limits::scope`).
 //! - A call without a session id has no session state: budgets and loop detection don't
 //!   apply to it (rate limits still do). See the module docs of `limits` for why.
 //! - Memory is bounded: at most `capacity` sessions, least recently used dropped first;
@@ -25,16 +30,22 @@ use std::time::Duration;
 
 use super::canonical::{Key, KeyBuilder};
 use super::clock::Clock;
+use super::scope::label;
 use super::table::{Op, Table, MIN_SHARD_ENTRIES};
 use super::Call;
 use crate::crd::SessionLimits;
 use crate::vocab::{Code, Reject};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Distinct calls whose counts `maxSame` keeps per session.
+pub const MAX_SAME_TRACKED: usize = 256;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Tally {
     calls: u64,
     last: Key,
     streak: u32,
+    /// With `maxSame`: how often each call ran in the session (empty otherwise).
+    same: Vec<(Key, u32)>,
 }
 
 #[derive(Clone)]
@@ -70,12 +81,13 @@ impl Sessions {
         let fingerprint = call.fingerprint();
         let max_calls = limits.and_then(|l| l.max_calls);
         let max_repeats = limits.and_then(|l| l.max_repeats);
+        let max_same = limits.and_then(|l| l.max_same);
         let now = self.clock.now();
         // `limits.sessionIdleSeconds` has no upper bound: saturate rather than overflow.
         let expires_at = now.saturating_add(self.idle);
         self.tallies
             .compute(key(call.agent, session), now, |current| {
-                let tally = current.copied().unwrap_or_default();
+                let mut tally = current.cloned().unwrap_or_default();
                 let streak = if tally.calls > 0 && tally.last == fingerprint {
                     tally.streak.saturating_add(1)
                 } else {
@@ -87,10 +99,19 @@ impl Sessions {
                 if let Some(max) = max_repeats.filter(|max| streak > *max) {
                     return (Op::Touch(expires_at), Err(looping(call.tool, session, max)));
                 }
+                if let Some(max) = max_same {
+                    if !count_same(&mut tally.same, fingerprint, max) {
+                        return (
+                            Op::Touch(expires_at),
+                            Err(same_again(call.tool, session, max)),
+                        );
+                    }
+                }
                 let tally = Tally {
                     calls: tally.calls + 1,
                     last: fingerprint,
                     streak,
+                    same: tally.same,
                 };
                 (
                     Op::Put {
@@ -112,20 +133,50 @@ impl Sessions {
     }
 }
 
+/// Counts one more run of `call` in `same`, unless it ran `max` times already.
+fn count_same(same: &mut Vec<(Key, u32)>, call: Key, max: u32) -> bool {
+    match same.iter_mut().find(|(k, _)| *k == call) {
+        Some((_, n)) if *n >= max => false,
+        Some((_, n)) => {
+            *n += 1;
+            true
+        }
+        None => {
+            if same.len() < MAX_SAME_TRACKED {
+                same.push((call, 1));
+            }
+            true
+        }
+    }
+}
+
 /// `BUDGET_EXHAUSTED`: the session ran the `maxCalls` it may.
 pub fn budget_spent(session: &str, max: u64) -> Reject {
+    let scope = label(session);
     Reject::new(
         Code::BudgetExhausted,
-        format!("session {session} has used all {max} calls its policy allows; start a new task"),
+        format!("{scope} has used all {max} calls its policy allows; start a new task"),
     )
 }
 
 /// `LOOP_DETECTED`: the session ran this identical call `maxRepeats` times in a row.
 pub fn looping(tool: &str, session: &str, max: u32) -> Reject {
+    let scope = label(session);
     Reject::new(
         Code::LoopDetected,
         format!(
-            "{tool} was called with the same arguments {max} times in a row in session {session}; calling it again will not change the result"
+            "{tool} was called with the same arguments {max} times in a row in {scope}; calling it again will not change the result"
+        ),
+    )
+}
+
+/// `LOOP_DETECTED`: the session ran this identical call `maxSame` times in all.
+pub fn same_again(tool: &str, session: &str, max: u32) -> Reject {
+    let scope = label(session);
+    Reject::new(
+        Code::LoopDetected,
+        format!(
+            "{tool} was already called with the same arguments {max} times in {scope} (maxSame); calling it again will not change the result"
         ),
     )
 }
@@ -147,6 +198,7 @@ mod tests {
         SessionLimits {
             max_calls,
             max_repeats,
+            ..SessionLimits::default()
         }
     }
 
@@ -206,6 +258,32 @@ mod tests {
         assert!(sessions
             .admit(&mk_call("bot", Some("s"), &same), Some(&limits))
             .is_ok());
+    }
+
+    #[test]
+    fn max_same_catches_a_cycle_max_repeats_never_sees() {
+        let sessions = Sessions::new(100, Duration::from_secs(60), Clock::fake());
+        let limits = SessionLimits {
+            max_repeats: Some(2),
+            max_same: Some(2),
+            ..SessionLimits::default()
+        };
+        let (a, b) = (Args::from(json!({"n": 1})), Args::from(json!({"n": 2})));
+        for args in [&a, &b, &a, &b] {
+            assert!(sessions
+                .admit(&mk_call("bot", Some("s"), args), Some(&limits))
+                .is_ok());
+        }
+        let e = sessions
+            .admit(&mk_call("bot", Some("s"), &a), Some(&limits))
+            .unwrap_err();
+        assert_eq!(e.code, Code::LoopDetected);
+        assert!(e.message.contains("maxSame"), "{}", e.message);
+        assert_eq!(
+            sessions.calls("bot", Some("s")),
+            4,
+            "a refusal is not counted"
+        );
     }
 
     #[test]

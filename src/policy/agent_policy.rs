@@ -2,11 +2,13 @@
 //! quotas resolved. Shadow mode is resolved here against `policies.allowShadow`, so the
 //! pipeline never has to ask whether a shadow policy is honoured.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::contract::FieldError;
 use super::quota::Quota;
+use super::requires::Requirement;
 use super::rule::{CompiledRule, HeaderReads, Reads};
+use super::spend::SpendBudget;
 use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
 use crate::vocab::agent::canonical;
 
@@ -24,6 +26,16 @@ pub struct Policy {
     pub session: Option<SessionLimits>,
     pub grants: HashMap<String, Grant>,
     pub mcp_methods: Vec<String>,
+    /// What each agent may spend per day on all its tools (`spec.budget`).
+    pub budget: Option<SpendBudget>,
+    /// The tools some grant `requires`: only their successful calls are remembered, so
+    /// a policy without `requires` keeps no history at all.
+    pub remembered: HashSet<String>,
+    /// Session limits or `requires` apply: a call's task (from its task token) is
+    /// looked up to key them. False: no call of this policy reads its task token for that.
+    pub keys_on_task: bool,
+    /// A `budget` applies to some of its calls (the policy's or a grant's).
+    pub spends: bool,
 }
 
 #[derive(Debug)]
@@ -36,6 +48,10 @@ pub struct Grant {
     /// The request headers they read together: a call binds (and records) only these.
     pub headers: HeaderReads,
     pub approval: Option<Approval>,
+    /// Earlier calls this one needs (call order); empty for most grants.
+    pub requires: Vec<Requirement>,
+    /// What each agent may spend per day on this tool.
+    pub budget: Option<SpendBudget>,
 }
 
 /// A grant's `approval`, compiled.
@@ -105,12 +121,25 @@ impl Policy {
             };
             let reads = conditions().fold(Reads::default(), |all, r| all.union(r.reads));
             let headers = conditions().fold(HeaderReads::None, |all, r| all.union(&r.headers));
+            let requires = tool
+                .requires
+                .iter()
+                .enumerate()
+                .map(|(j, r)| Requirement::compile(&format!("{at}.requires[{j}]"), r))
+                .collect::<Result<Vec<_>, _>>()?;
+            let budget = tool
+                .budget
+                .as_ref()
+                .map(|b| SpendBudget::compile(&format!("{at}.budget"), b))
+                .transpose()?;
             let grant = Grant {
                 rate_limit,
                 rules,
                 reads,
                 headers,
                 approval,
+                requires,
+                budget,
             };
             if grants.insert(tool.name.clone(), grant).is_some() {
                 return Err(FieldError::spec(
@@ -127,15 +156,28 @@ impl Policy {
                 ));
             }
         }
+        let budget = spec
+            .budget
+            .as_ref()
+            .map(|b| SpendBudget::compile("spec.budget", b))
+            .transpose()?;
+        let remembered: HashSet<String> = grants
+            .values()
+            .flat_map(|g| g.requires.iter().map(|r| r.tool.clone()))
+            .collect();
         Ok(Policy {
             object,
             agents,
             enabled: spec.enabled,
             shadow: spec.mode == Mode::Shadow && allow_shadow,
             rate_limit,
+            keys_on_task: spec.session.is_some() || !remembered.is_empty(),
+            spends: budget.is_some() || grants.values().any(|g| g.budget.is_some()),
             session: spec.session,
             grants,
             mcp_methods: spec.mcp_methods.clone(),
+            budget,
+            remembered,
         })
     }
 
@@ -205,6 +247,9 @@ fn check_session(session: Option<&SessionLimits>) -> Result<(), FieldError> {
             "spec.session.maxRepeats",
             "must be positive",
         ));
+    }
+    if session.max_same == Some(0) {
+        return Err(FieldError::spec("spec.session.maxSame", "must be positive"));
     }
     Ok(())
 }

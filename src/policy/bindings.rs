@@ -118,6 +118,21 @@ impl<'a> Bindings<'a> {
     }
 }
 
+/// Runs `evaluate` with only `args` and `prior` bound: a requirement's `match`
+/// (`policy::requires`), which compares an earlier call's arguments with this one's.
+pub fn scope_prior<R>(args: &Json, prior: &Json, evaluate: impl FnOnce(&Scope<'_, '_>) -> R) -> R {
+    ROOT.with(|root| {
+        let root: &Context<'_, '_> = root;
+        let mut context = root.new_inner_scope();
+        context.add_variable_as_val("args", to_val(args));
+        context.add_variable_as_val("prior", to_val(prior));
+        evaluate(&Scope {
+            context,
+            has_task: false,
+        })
+    })
+}
+
 /// JSON to a CEL value that borrows its strings. Integers stay `int` (CEL's serde path
 /// makes non-negative ones `uint`, which then can't be added to an `int` literal).
 fn to_val(value: &Json) -> Box<dyn Val + '_> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::action::ActionKey;
 use super::redact::Redaction;
 use super::schema::Schema;
+use super::spend::CallCost;
 use crate::crd::ToolContractSpec;
 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,6 +29,8 @@ pub struct Contract {
     pub capture_arguments: bool,
     /// `dedupeKey`: what makes two calls one action, whoever sends them.
     pub dedupe_key: Option<ActionKey>,
+    /// What one call costs against a spend budget (default 1).
+    pub cost: CallCost,
 }
 
 pub use super::fault::FieldError;
@@ -101,6 +104,7 @@ impl Contract {
             timeout,
             capture_arguments: spec.capture_arguments,
             dedupe_key,
+            cost: CallCost::compile(spec.cost.as_ref())?,
         })
     }
 }

@@ -13,10 +13,12 @@ pub mod parser;
 pub mod quota;
 pub mod reader;
 pub mod redact;
+pub mod requires;
 pub mod routes;
 pub mod rule;
 pub mod schema;
 pub mod snapshot;
+pub mod spend;
 pub mod tool_id;
 
 pub use fault::{Fault, FieldError, Finding};

@@ -78,6 +78,12 @@ pub enum Failure {
 
 impl CompiledRule {
     pub fn compile(rule: &Rule) -> Result<CompiledRule, String> {
+        CompiledRule::compile_over(rule, &VARIABLES)
+    }
+
+    /// Compiles an expression that may read only `variables` (a requirement's `match`
+    /// reads `prior` and `args`; a rule the five of [`VARIABLES`]).
+    pub fn compile_over(rule: &Rule, variables: &[&str]) -> Result<CompiledRule, String> {
         if rule.name.trim().is_empty() {
             return Err("the rule needs a name".into());
         }
@@ -107,10 +113,15 @@ impl CompiledRule {
                 walk.nodes
             ));
         }
-        if let Some(unknown) = walk.free.iter().find(|v| !VARIABLES.contains(&v.as_str())) {
+        if let Some(unknown) = walk.free.iter().find(|v| !variables.contains(&v.as_str())) {
+            let who = if variables == VARIABLES.as_slice() {
+                "rules"
+            } else {
+                "it"
+            };
             return Err(format!(
-                "unknown variable {unknown:?} (rules may read {})",
-                VARIABLES.join(", ")
+                "unknown variable {unknown:?} ({who} may read {})",
+                variables.join(", ")
             ));
         }
         Ok(CompiledRule {

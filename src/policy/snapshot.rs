@@ -149,6 +149,21 @@ impl Snapshot {
                     let message = format!("no ToolContract defines tool {}", tool.name);
                     unserved.push(fail(o, FieldError::spec(field, message)).error);
                 }
+                // A requirement on a tool this policy can't call can never be met.
+                for (j, requirement) in tool.requires.iter().enumerate() {
+                    let message = if !by_tool.contains_key(&requirement.tool) {
+                        format!("no ToolContract defines tool {}", requirement.tool)
+                    } else if !spec.tools.iter().any(|t| t.name == requirement.tool) {
+                        format!(
+                            "this policy does not grant tool {}, so the requirement can never be met",
+                            requirement.tool
+                        )
+                    } else {
+                        continue;
+                    };
+                    let field = format!("spec.tools[{i}].requires[{j}].tool");
+                    unserved.push(fail(o, FieldError::spec(field, message)).error);
+                }
             }
             // The compiled agents are in their one spelling, so a ServiceAccount named
             // both ways by two policies is one agent governed twice.

@@ -356,8 +356,12 @@ async fn forward_idempotent(
         .map(|shared| (shared, shared_limits(gate, contract, policy)));
     let shadowed = match shared {
         None => session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?,
-        // Nothing to count: no round trip.
-        Some((_, limits)) if call.session.is_none() && !limits.rated() => None,
+        // Nothing to count: no round trip. (§16: a spend budget is charged here too.)
+        Some((_, limits))
+            if call.session.is_none() && !limits.rated() && call.charges.is_none() =>
+        {
+            None
+        }
         Some((shared, limits)) => {
             match shared.admit(call, &limits, None).await {
                 Ok(Admission::Admitted { overridden }) => overridden,

@@ -27,6 +27,7 @@ use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::decide::{decide, RequestView, Tallies};
 use crate::proxy::gate::Gate;
+use crate::proxy::seeds::{self, Asked};
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::Arguments;
 use crate::state::Shared;
@@ -110,6 +111,11 @@ pub struct Verdict<'s> {
     /// The grant asks for approval, and none was taken because an identical call ran or
     /// runs here: this call may only join that one, never run itself.
     pub joins_only: bool,
+    /// §16 (`proxy::seeds`): the task its session limits key on instead of `session`,
+    /// what to remember of it should it succeed, what it costs when admitted.
+    pub scope: Option<String>,
+    pub remember: Option<crate::state::remember::Remember>,
+    pub charges: Option<crate::limits::budget::Charges>,
 }
 
 impl<'s> Verdict<'s> {
@@ -119,13 +125,14 @@ impl<'s> Verdict<'s> {
     pub fn call(&self) -> Call<'_> {
         Call::new(
             &self.agent.id,
-            self.session,
+            self.scope.as_deref().or(self.session),
             &self.contract.tool,
             self.args.args(),
             self.idempotency_key,
         )
         .in_round(self.round.as_ref())
         .as_action(self.action.as_deref())
+        .charging(self.charges.as_ref())
     }
 }
 
@@ -215,6 +222,13 @@ pub async fn govern<'s>(
     // Past `decide`, the record keeps the arguments the call goes on with: validated,
     // defaults filled (or, overridden by a shadow policy, as proposed).
     capture(contract, captured, args.value());
+    // §16: the task the call's limits key on, its call order, its spend (proxy::seeds).
+    let asked = Asked {
+        agent: proposal.agent,
+        session: proposal.session,
+        headers: proposal.headers,
+    };
+    let seeds = seeds::decide(governor, policy, contract, asked, args.value()).await?;
     let action = match &contract.dedupe_key {
         Some(key) => match key.evaluate(args.value(), || proposal.agent.cel_value()) {
             Ok(action) => Some(action),
@@ -252,7 +266,11 @@ pub async fn govern<'s>(
         action,
         approval: None,
         joins_only: false,
+        scope: None,
+        remember: None,
+        charges: None,
     };
+    seeds.apply(&mut verdict);
     if let Some(spec) = spec {
         match approve(governor, &verdict, spec, proposal.trace_id).await? {
             Approved::Used(approval) => verdict.approval = Some(approval),

@@ -20,6 +20,7 @@ pub mod path_check;
 pub mod pipeline;
 pub mod render;
 pub mod rest;
+pub mod seeds;
 pub mod server;
 pub mod stage;
 

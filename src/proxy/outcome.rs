@@ -78,6 +78,10 @@ pub struct Outcome {
     suppressed: bool,
     /// A request that is not a tool call was let through ([`passed`](Self::passed)).
     passed: bool,
+    /// §16: the call to remember for `requires` once it has succeeded (`proxy::seeds`).
+    remember: Option<Box<crate::state::remember::Remember>>,
+    /// §16: the task the call's limits keyed on, for the audit record (`toolgate replay`).
+    task: Option<String>,
 }
 
 /// `toolgate.state` and the audit record's `state` when limits failed open.
@@ -119,6 +123,8 @@ impl Outcome {
             measured: true,
             suppressed: false,
             passed: false,
+            remember: None,
+            task: None,
         }
     }
 
@@ -214,6 +220,12 @@ impl Outcome {
             self.span.event(attributes::ALLOWED, vec![]);
         }
         self.state_failed_open |= verdict.state_failed_open;
+        // §16 (proxy::seeds): what `requires` remembers if the call succeeds.
+        self.remember = verdict.remember.clone().map(Box::new);
+        self.task = verdict
+            .scope
+            .as_deref()
+            .map(crate::limits::scope::task_label);
         if let Some(approval) = &verdict.approval {
             self.span.event(
                 attributes::APPROVAL_USED,
@@ -339,6 +351,9 @@ impl Outcome {
         copy.state_failed_open = self.state_failed_open;
         copy.approval = self.approval.clone();
         copy.inputs = self.inputs.clone();
+        // §16: whether a streamed call succeeded is known when its stream ends.
+        copy.remember = self.remember.take();
+        copy.task = self.task.clone();
         // One request, measured once, with its final outcome: by the follow-up.
         self.measured = false;
         copy
@@ -354,6 +369,21 @@ impl Outcome {
     /// without a refusal, its record being written already.
     pub fn close(&self, metrics: &Metrics) {
         self.close_at(metrics, self.started.elapsed());
+        // §16: the streamed call succeeded; its record is already written.
+        if let Some(remember) = self.remember.as_ref().filter(|_| self.succeeded()) {
+            let remember = (**remember).clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(remember.commit());
+            }
+        }
+    }
+
+    /// The call was allowed and answered successfully: what `requires` counts as prior.
+    fn succeeded(&self) -> bool {
+        self.decision == Decision::Allow
+            && self.code.is_none()
+            && !self.tool_error
+            && self.upstream_status.is_none_or(|s| (200..300).contains(&s))
     }
 
     /// [`close`](Self::close), the call having taken `elapsed`.
@@ -504,9 +534,13 @@ impl Outcome {
 
     /// Counts the call and writes its audit record, for a call that has no response of
     /// its own (one tools/call of an MCP batch).
-    pub async fn record(self, metrics: &Metrics, audit: &AuditLog) {
+    pub async fn record(mut self, metrics: &Metrics, audit: &AuditLog) {
         let elapsed = self.started.elapsed();
         self.close_at(metrics, elapsed);
+        // §16: remembered before the answer goes out, so the agent's next call sees it.
+        if let Some(remember) = self.remember.take().filter(|_| self.succeeded()) {
+            remember.commit().await;
+        }
         if self.is_tool_call() {
             metrics.record_call(
                 self.tool.as_deref().unwrap_or("-"),
@@ -542,6 +576,7 @@ impl Outcome {
                 approval: self.approval,
                 replayed: self.replayed,
                 inputs,
+                task: self.task,
             })
             .await;
     }

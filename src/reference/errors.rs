@@ -9,7 +9,7 @@ use crate::vocab::{Code, Detail, Recovery, Reject};
 /// Where the page lives, from the repository root.
 pub const FILE: &str = "docs/errors.md";
 
-const RECOVERIES: [(Recovery, &str); 5] = [
+const RECOVERIES: [(Recovery, &str); 6] = [
     (
         Recovery::FixArguments,
         "change the arguments and call again",
@@ -27,6 +27,11 @@ const RECOVERIES: [(Recovery, &str); 5] = [
         "wait until a person approves, then call again",
     ),
     (Recovery::Stop, "do not call again; report the refusal"),
+    (
+        Recovery::CallFirst,
+        "make the call `details[].requires` names (successfully, in the same task or \
+         session), then call again",
+    ),
 ];
 
 /// The whole page.
@@ -58,10 +63,12 @@ pub fn markdown() -> String {
     page.push_str("\n```\n\n");
     page.push_str(
         "- `details`: for schema failures, where in the arguments (a JSON pointer) and which \
-         schema keyword failed; empty otherwise.\n\
+         schema keyword failed; for `CALL_ORDER_VIOLATION`, the tool to call first \
+         (`requires`); empty otherwise.\n\
          - `rule`: the name of the CEL rule that refused the call, if one did.\n\
-         - `retryAfterMs`: when a retry may succeed (`RATE_LIMITED`); REST answers also \
-         carry `Retry-After` in whole seconds, rounded up.\n\
+         - `retryAfterMs`: when a retry may succeed (`RATE_LIMITED`, a spent day budget); REST answers also \
+         carry `Retry-After` in whole seconds, rounded up. A spend budget's \
+         `BUDGET_EXHAUSTED` carries it too: the next midnight in the budget's time zone.\n\
          - Responses carry `X-Toolgate-Decision` (`allow`, `deny`, `shadow-deny`) and, \
          when refused, `X-Toolgate-Code`.\n\n",
     );

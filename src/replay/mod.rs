@@ -20,6 +20,7 @@
 //! re-decided on what needs none — the tool, the grant, the kill switch — and counted
 //! `partial`, as is one whose candidate rules read a variable the record doesn't hold.
 
+pub mod order;
 pub mod recorded;
 pub mod report;
 pub mod weight;
@@ -33,6 +34,7 @@ use crate::proxy::decide::{redecide, Inputs};
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::validate;
 use crate::vocab::{Args, Code};
+use order::Histories;
 use recorded::{Outcome, Recorded, Skip};
 use report::Report;
 
@@ -84,8 +86,10 @@ pub fn candidate(paths: &[PathBuf]) -> Result<Snapshot, Failed> {
 pub fn run(request: &Request<'_>) -> Result<Report, Failed> {
     let snapshot = candidate(request.policies)?;
     let mut report = Report::default();
+    // One history across files: they are read in the order given, as one log.
+    let mut histories = Histories::default();
     for path in request.audit {
-        replay_file(path, &snapshot, request, &mut report)?;
+        replay_file(path, &snapshot, request, &mut histories, &mut report)?;
     }
     Ok(report)
 }
@@ -94,6 +98,7 @@ fn replay_file(
     path: &Path,
     snapshot: &Snapshot,
     request: &Request<'_>,
+    histories: &mut Histories,
     report: &mut Report,
 ) -> Result<(), Failed> {
     let file = std::fs::File::open(path).map_err(|e| Failed(format!("{}: {e}", path.display())))?;
@@ -126,7 +131,7 @@ fn replay_file(
             continue;
         }
         match read_record(text) {
-            Some(recorded) => replay_one(recorded, snapshot, report),
+            Some(recorded) => replay_one(recorded, snapshot, histories, report),
             None => report.skip(Skip::NotACall),
         }
     }
@@ -147,18 +152,36 @@ fn read_record(line: &[u8]) -> Option<Recorded> {
     }
 }
 
-/// Re-decides one recorded call and counts it.
-pub fn replay_one(mut recorded: Recorded, snapshot: &Snapshot, report: &mut Report) {
+/// Re-decides one recorded call and counts it; a call that ran successfully is kept
+/// for the `requires` of the calls after it.
+pub fn replay_one(
+    mut recorded: Recorded,
+    snapshot: &Snapshot,
+    histories: &mut Histories,
+    report: &mut Report,
+) {
+    // Copied only for a tool some candidate grant requires.
+    let prior = histories
+        .wants(snapshot, &recorded)
+        .then(|| recorded.args.clone());
     let before = match recorded.outcome() {
         Ok(before) => before,
-        Err(skip) => return report.skip(skip),
+        Err(skip) => {
+            if let Some(args) = prior {
+                histories.remember(&recorded, args);
+            }
+            return report.skip(skip);
+        }
     };
     // Moved out, not copied: the arguments can be the largest thing replay holds.
     let captured = Captured {
         args: recorded.args.take(),
         inputs: recorded.inputs.take(),
     };
-    let (after, partial) = decide(&recorded, captured, &before, snapshot);
+    let (after, partial) = decide(&recorded, captured, &before, snapshot, histories);
+    if let Some(args) = prior {
+        histories.remember(&recorded, args);
+    }
     report.count(&recorded, before, after, partial);
 }
 
@@ -174,6 +197,7 @@ fn decide(
     captured: Captured,
     before: &Outcome,
     snapshot: &Snapshot,
+    histories: &Histories,
 ) -> (Outcome, bool) {
     let (Some(agent), Some(tool)) = (recorded.agent.as_deref(), recorded.tool.as_deref()) else {
         return (before.clone(), true);
@@ -214,7 +238,20 @@ fn decide(
     if partial {
         return (before.clone(), true);
     }
-    let after = match redecide(policy, agent, contract, Args::from(args), &inputs) {
+    // The call order needs the arguments after the rules took them.
+    let order_args = (!grant.requires.is_empty()).then(|| args.clone());
+    let decided = redecide(policy, agent, contract, Args::from(args), &inputs);
+    // As in the gate: the call order is checked after the rules, before any approval.
+    if let (Ok(_), Some(args)) = (&decided, order_args) {
+        match histories.check(&grant.requires, recorded, &args) {
+            order::Verdict::Met => {}
+            order::Verdict::Unmet(reject) => {
+                return (Outcome::deny(reject.code, reject.rule), false)
+            }
+            order::Verdict::Unknown => return (before.clone(), true),
+        }
+    }
+    let after = match decided {
         Ok(decided) if !decided.needs_approval => Outcome::allow(),
         // Held for a person: what the person did can't be replayed. A call that ran under
         // an approval, or was held or denied by one, keeps its outcome.
@@ -291,7 +328,7 @@ spec:
         let mut report = Report::default();
         calls
             .iter()
-            .for_each(|c| replay_one(c.clone(), &same, &mut report));
+            .for_each(|c| replay_one(c.clone(), &same, &mut Histories::default(), &mut report));
         assert_eq!(
             (report.replayed, report.changed),
             (3, 0),
@@ -301,7 +338,7 @@ spec:
         let mut report = Report::default();
         calls
             .iter()
-            .for_each(|c| replay_one(c.clone(), &tighter, &mut report));
+            .for_each(|c| replay_one(c.clone(), &tighter, &mut Histories::default(), &mut report));
         assert_eq!(report.changed, 1);
         assert_eq!(report.changes[0].trace_id, "t7");
         assert_eq!(report.changes[0].after.rule.as_deref(), Some("small"));
@@ -312,15 +349,92 @@ spec:
         let same = snapshot(POLICIES);
         let mut report = Report::default();
         // A rule reads `task`, which this record doesn't hold: partial.
-        replay_one(call("allow", None, 3, None), &same, &mut report);
+        let mut histories = Histories::default();
+        replay_one(
+            call("allow", None, 3, None),
+            &same,
+            &mut histories,
+            &mut report,
+        );
         // Limits depend on timing: skipped. Not a call: skipped.
         replay_one(
             call("deny", Some("RATE_LIMITED"), 3, Some(9)),
             &same,
+            &mut histories,
             &mut report,
         );
-        replay_one(recorded(json!({"kind": "policy"})), &same, &mut report);
+        replay_one(
+            recorded(json!({"kind": "policy"})),
+            &same,
+            &mut histories,
+            &mut report,
+        );
         assert_eq!((report.replayed, report.partial, report.skipped), (1, 1, 2));
         assert_eq!(report.changed, 0);
+    }
+
+    const ORDERED: &str = "apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: g}
+spec: {tool: get_order, captureArguments: true, input: {type: object}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: r}
+spec: {tool: refund, captureArguments: true, input: {type: object}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: p}
+spec:
+  agents: [bot]
+  tools:
+    - name: get_order
+    - name: refund
+      requires: [{tool: get_order, match: 'prior.args.id == args.id', maxAgeSeconds: 60}]
+";
+
+    fn ordered(tool: &str, id: &str, ts: &str, status: u16, session: &str) -> Recorded {
+        recorded(json!({
+            "kind": "call", "traceId": format!("{tool}-{id}-{ts}"), "agent": "bot",
+            "tool": tool, "decision": "allow", "code": null, "session": session,
+            "ts": ts, "upstreamStatus": status, "args": {"id": id}, "inputs": {"v": 1},
+        }))
+    }
+
+    #[test]
+    fn requires_is_redecided_from_the_calls_before() {
+        let candidate = snapshot(ORDERED);
+        let log = [
+            ordered("get_order", "A", "2026-12-05T10:00:00Z", 200, "s"),
+            // Looked up: unchanged.
+            ordered("refund", "A", "2026-12-05T10:00:30Z", 200, "s"),
+            // Never looked up, another session, or looked up too long ago: changed.
+            ordered("refund", "B", "2026-12-05T10:00:31Z", 200, "s"),
+            ordered("refund", "A", "2026-12-05T10:00:32Z", 200, "t"),
+            ordered("refund", "A", "2026-12-05T10:05:00Z", 200, "s"),
+            // A failed lookup is no lookup.
+            ordered("get_order", "C", "2026-12-05T10:06:00Z", 404, "s"),
+            ordered("refund", "C", "2026-12-05T10:06:01Z", 200, "s"),
+        ];
+        let mut report = Report::default();
+        let mut histories = Histories::default();
+        for record in log {
+            replay_one(record, &candidate, &mut histories, &mut report);
+        }
+        let changed: Vec<&str> = report.changes.iter().map(|c| c.trace_id.as_str()).collect();
+        assert_eq!(
+            changed,
+            [
+                "refund-B-2026-12-05T10:00:31Z",
+                "refund-A-2026-12-05T10:00:32Z",
+                "refund-A-2026-12-05T10:05:00Z",
+                "refund-C-2026-12-05T10:06:01Z"
+            ]
+        );
+        assert!(report
+            .changes
+            .iter()
+            .all(|c| c.after.code.as_deref() == Some("CALL_ORDER_VIOLATION")));
     }
 }

@@ -23,6 +23,16 @@ pub struct Recorded {
     pub code: Option<String>,
     #[serde(default)]
     pub rule: Option<String>,
+    /// When it was decided (RFC 3339), the session it named, the task its limits keyed
+    /// on, and what the backend answered: what `requires` reads of earlier calls.
+    #[serde(default)]
+    pub ts: Option<String>,
+    #[serde(default)]
+    pub session: Option<String>,
+    #[serde(default)]
+    pub task: Option<String>,
+    #[serde(default)]
+    pub upstream_status: Option<u16>,
     #[serde(default)]
     pub args: Option<Value>,
     #[serde(default)]
@@ -57,6 +67,14 @@ struct Head {
     #[serde(default)]
     rule: Option<String>,
     #[serde(default)]
+    ts: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    task: Option<String>,
+    #[serde(default)]
+    upstream_status: Option<u16>,
+    #[serde(default)]
     approval: Option<IgnoredAny>,
     #[serde(default)]
     replayed: bool,
@@ -76,6 +94,10 @@ impl Recorded {
             decision: head.decision,
             code: head.code,
             rule: head.rule,
+            ts: head.ts,
+            session: head.session,
+            task: head.task,
+            upstream_status: head.upstream_status,
             args: None,
             inputs: None,
             approval: head.approval,

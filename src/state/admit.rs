@@ -93,6 +93,12 @@ pub fn invocation<'a>(
                 .map_or_else(|| none.clone(), |s| keys.session(agent, s)),
         )
         .key(claim.map_or_else(|| none.clone(), |(c, _)| c.key.clone()));
+    // Spend budgets (DESIGN §16): up to two, the policy's and the grant's.
+    let charge = |i: usize| call.charges.and_then(|c| c.budgets.get(i));
+    for i in 0..2 {
+        invocation
+            .key(charge(i).map_or_else(|| none.clone(), |c| keys.budget(agent, &c.budget, &c.day)));
+    }
     let gcra = |q: Option<&Quota>| match q {
         Some(q) => (
             q.governor.replenish_interval().as_micros().max(1) as u64,
@@ -119,7 +125,17 @@ pub fn invocation<'a>(
         .arg(hex::encode(call.fingerprint()))
         .arg(claim.map_or(0, |(_, window)| window.as_millis().max(1) as u64))
         .arg(claim.map_or_else(Vec::new, |(c, _)| c.running.clone()))
-        .arg(if limits.shadow { "1" } else { "0" });
+        .arg(if limits.shadow { "1" } else { "0" })
+        .arg(session.and_then(|s| s.max_same).map_or(-1, i64::from))
+        .arg(call.charges.map_or(0, |c| c.cost));
+    for i in 0..2 {
+        let (per_day, expiry) = charge(i).map_or((-1, 0), |c| {
+            // Kept a minute past the local midnight, so clocks a little apart agree.
+            let expiry = c.resets_in.as_millis() as u64 + 60_000;
+            (i64::try_from(c.per_day).unwrap_or(i64::MAX), expiry)
+        });
+        invocation.arg(per_day).arg(expiry);
+    }
     invocation
 }
 
@@ -151,7 +167,23 @@ pub fn read(
     let refusal = |kind: &[u8], wait_us: u64| -> Option<Reject> {
         let session = call.session.unwrap_or("");
         let wait = Duration::from_micros(wait_us);
+        let spend = |i: usize| {
+            let charges = call.charges?;
+            let charge = charges.budgets.get(i)?;
+            // For a spend budget the script returns what was spent, not a wait.
+            Some(crate::limits::budget::exhausted(
+                charge,
+                wait_us,
+                charges.cost,
+            ))
+        };
         match kind {
+            b"same" => limits
+                .session
+                .and_then(|s| s.max_same)
+                .map(|max| crate::limits::session::same_again(call.tool, session, max)),
+            b"spend-1" => spend(0),
+            b"spend-2" => spend(1),
             b"rate-t" | b"t" => limits
                 .tool_quota
                 .map(|q| over_limit(call.agent, Some(call.tool), q, wait)),
@@ -175,7 +207,11 @@ pub fn read(
         }),
         1 | 2 => {
             let kind = text(1)?;
-            let wait = if status == 1 { number(2)? } else { 0 };
+            let wait = if status == 1 || kind.starts_with(b"spend") {
+                number(2)?
+            } else {
+                0
+            };
             refusal(&kind, wait)
                 .map(Admission::Refused)
                 .ok_or_else(|| "admission script: unknown refusal".to_string())

@@ -10,6 +10,8 @@
 //! toolgate:{ops-bot}:rate:a:<perSecond>/<perMinute>/<burst>          GCRA TAT (µs)
 //! toolgate:{ops-bot}:session:<session id>                            hash c, l, s
 //! toolgate:{ops-bot}:once:<32 hex>                                   claim, then result
+//! toolgate:{ops-bot}:budget:<p:policy | g:policy:tool>:<local date>  spent today
+//! toolgate:{ops-bot}:history:<session id | NUL task:<id>>           list of successful calls
 //! toolgate:action:<tool>:<32 hex>                                     dedupeKey owner
 //! toolgate:mcp-session:<Mcp-Session-Id>                              owning agent
 //! ```
@@ -70,6 +72,16 @@ impl Keys {
 
     pub fn session(&self, agent: &str, session: &str) -> String {
         format!("{}:session:{session}", self.agent(agent))
+    }
+
+    /// What the agent spent on `budget` (`p:<policy>` or `g:<policy>:<tool>`) on `day`.
+    pub fn budget(&self, agent: &str, budget: &str, day: &str) -> String {
+        format!("{}:budget:{budget}:{day}", self.agent(agent))
+    }
+
+    /// The successful calls `requires` reads, per agent and task or session.
+    pub fn history(&self, agent: &str, scope: &str) -> String {
+        format!("{}:history:{scope}", self.agent(agent))
     }
 
     /// The never-twice claim of a call (its dedupe key already names the agent).

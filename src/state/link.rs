@@ -53,6 +53,8 @@ pub enum Op {
     Owner,
     /// Human approvals: requested, taken, decided, listed.
     Approval,
+    /// The call history `requires` reads: a call's read, a successful call's write.
+    History,
     /// The link's own `PING`, while no call asks anything.
     Probe,
 }
@@ -61,13 +63,14 @@ pub enum Op {
 pub const PROBE_EVERY: Duration = Duration::from_secs(5);
 
 impl Op {
-    pub const ALL: [Op; 7] = [
+    pub const ALL: [Op; 8] = [
         Op::Admit,
         Op::Session,
         Op::Settle,
         Op::Follow,
         Op::Owner,
         Op::Approval,
+        Op::History,
         Op::Probe,
     ];
 
@@ -79,6 +82,7 @@ impl Op {
             Op::Follow => "follow",
             Op::Owner => "owner",
             Op::Approval => "approval",
+            Op::History => "history",
             Op::Probe => "probe",
         }
     }

@@ -19,10 +19,12 @@
 
 pub mod actions;
 pub mod admit;
+pub mod history;
 pub mod keys;
 pub mod link;
 pub mod owners;
 pub mod record;
+pub mod remember;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -14,15 +14,18 @@ pub enum Recovery {
     Retry,
     AwaitApproval,
     Stop,
+    /// Call the tool `details[].requires` names first (`CALL_ORDER_VIOLATION`).
+    CallFirst,
 }
 
 impl Recovery {
-    pub const ALL: [Recovery; 5] = [
+    pub const ALL: [Recovery; 6] = [
         Recovery::FixArguments,
         Recovery::AskUser,
         Recovery::Retry,
         Recovery::AwaitApproval,
         Recovery::Stop,
+        Recovery::CallFirst,
     ];
 
     /// The hint named `name` (as [`Recovery::as_str`] writes it).
@@ -37,6 +40,7 @@ impl Recovery {
             Recovery::Retry => "retry",
             Recovery::AwaitApproval => "await_approval",
             Recovery::Stop => "stop",
+            Recovery::CallFirst => "call_first",
         }
     }
 }
@@ -71,6 +75,7 @@ pub enum Code {
     OriginNotAllowed,
     StateUnavailable,
     DuplicateCall,
+    CallOrderViolation,
 }
 
 impl Code {
@@ -79,7 +84,7 @@ impl Code {
         Code::ALL.into_iter().find(|code| code.as_str() == name)
     }
 
-    pub const ALL: [Code; 27] = [
+    pub const ALL: [Code; 28] = [
         Code::MalformedRequest,
         Code::PayloadTooLarge,
         Code::UnsupportedMediaType,
@@ -107,6 +112,7 @@ impl Code {
         Code::OriginNotAllowed,
         Code::StateUnavailable,
         Code::DuplicateCall,
+        Code::CallOrderViolation,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -139,6 +145,7 @@ impl Code {
             Code::OriginNotAllowed => "ORIGIN_NOT_ALLOWED",
             Code::StateUnavailable => "STATE_UNAVAILABLE",
             Code::DuplicateCall => "DUPLICATE_CALL",
+            Code::CallOrderViolation => "CALL_ORDER_VIOLATION",
         }
     }
 
@@ -156,7 +163,7 @@ impl Code {
             Code::MissingArgument | Code::InvalidArguments => 422,
             Code::PolicyDenied | Code::OutOfTaskScope => 403,
             Code::RateLimited | Code::BudgetExhausted => 429,
-            Code::LoopDetected | Code::DuplicateCall => 409,
+            Code::LoopDetected | Code::DuplicateCall | Code::CallOrderViolation => 409,
             Code::ApprovalRequired => 202,
             Code::ApprovalDenied => 403,
             Code::BackendTimeout => 504,
@@ -197,6 +204,7 @@ impl Code {
             | Code::AuditUnavailable
             | Code::StateUnavailable => Recovery::Retry,
             Code::ApprovalRequired => Recovery::AwaitApproval,
+            Code::CallOrderViolation => Recovery::CallFirst,
             _ => Recovery::Stop,
         }
     }
@@ -234,9 +242,13 @@ impl Code {
                 "a rule reading `task` is false, or the call carries no valid task token"
             }
             Code::RateLimited => "the agent's or the grant's `rateLimit` is spent",
-            Code::BudgetExhausted => "the session's `maxCalls` is reached",
+            Code::BudgetExhausted => {
+                "the task's or session's `maxCalls` is reached, or the call's `cost` would pass \
+                 the day's `budget.perDay` (then with `retryAfterMs` to the next local midnight)"
+            }
             Code::LoopDetected => {
-                "the session already ran this identical call `maxRepeats` times in a row"
+                "the task or session already ran this identical call `maxRepeats` times in a \
+                 row, or `maxSame` times in all"
             }
             Code::ApprovalRequired => {
                 "the grant's `approval` holds the call until a person approves it; nothing was \
@@ -271,6 +283,11 @@ impl Code {
                 "another caller ran the same action (equal `dedupeKey`) within \
                  `dedupeWindowSeconds`; `details.traceId` names the first call"
             }
+            Code::CallOrderViolation => {
+                "the grant `requires` an earlier successful call in the same task (or session) \
+                 that was not made; `details[].requires` names the tool to call first; nothing \
+                 is forwarded"
+            }
         }
     }
 
@@ -290,6 +307,10 @@ impl Code {
             ),
             Code::BackendRejected => Some("the HTTP status is the backend's own 4xx"),
             Code::RateLimited => Some("carries `retryAfterMs` and a `Retry-After` header"),
+            Code::BudgetExhausted => Some(
+                "a spend budget's refusal carries `retryAfterMs` and a `Retry-After` header (the \
+                 next midnight in the budget's time zone)",
+            ),
             Code::MalformedRequest => Some(
                 "405 for an MCP request that is not POST, GET or DELETE; 404 for an \
                  `Mcp-Session-Id` this agent was not issued",

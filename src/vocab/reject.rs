@@ -8,7 +8,8 @@ use super::code::{Code, Recovery};
 
 /// One entry of `details[]`: where in the arguments, and which schema keyword; or, for
 /// `DUPLICATE_CALL`, `dedupeKey` and the first call's trace id; or, for the approval
-/// codes, the approval's id, status and expiry (with no pointer or keyword).
+/// codes, the approval's id, status and expiry (with no pointer or keyword); or, for
+/// `CALL_ORDER_VIOLATION`, the tool to call first (`requires`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Detail {
     pub pointer: String,
@@ -17,6 +18,7 @@ pub struct Detail {
     pub approval_id: Option<String>,
     pub status: Option<String>,
     pub expires_at: Option<String>,
+    pub requires: Option<String>,
 }
 
 impl Serialize for Detail {
@@ -34,6 +36,7 @@ impl Serialize for Detail {
             ("approvalId", &self.approval_id),
             ("status", &self.status),
             ("expiresAt", &self.expires_at),
+            ("requires", &self.requires),
         ];
         for (key, value) in optional {
             if let Some(value) = value {

@@ -147,3 +147,55 @@ fn deep_inputs_are_answered() {
     ));
     assert_eq!(response["allowed"], true, "{response}");
 }
+
+/// DESIGN §16's fields: a bad `match`, an unknown time zone, a negative `perDay` or
+/// `cost` are refused at apply time with their field path; good ones pass.
+#[test]
+fn seeds_fields_are_checked_like_the_rest() {
+    let policy = |tool: Value, budget: Value| {
+        json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "AgentPolicy",
+               "metadata": {"name": "ops-bot", "namespace": "team-a"},
+               "spec": {"agents": ["ops-bot"], "budget": budget, "tools": [tool]}})
+    };
+    let message = |object: Value, kind: &str| {
+        let (response, _) = answer_of(&mk_review(kind, "CREATE", object, Value::Null));
+        response["status"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let good = json!({"name": "refund", "requires": [{"tool": "get_order",
+        "match": "prior.args.order_id == args.order_id", "within": "task"}]});
+    let ok = json!({"perDay": 300, "timezone": "Europe/Berlin"});
+    let (response, _) = answer_of(&mk_review(
+        "AgentPolicy",
+        "CREATE",
+        policy(good.clone(), ok.clone()),
+        Value::Null,
+    ));
+    assert_eq!(response["allowed"], true, "{response}");
+    let bad_match = json!({"name": "refund", "requires": [{"tool": "get_order",
+        "match": "prior.args.order_id == task.id"}]});
+    let m = message(policy(bad_match, ok.clone()), "AgentPolicy");
+    assert!(m.contains("spec.tools[0].requires[0].match"), "{m}");
+    let m = message(
+        policy(
+            good.clone(),
+            json!({"perDay": 10, "timezone": "Mars/Olympus"}),
+        ),
+        "AgentPolicy",
+    );
+    assert!(
+        m.contains("spec.budget.timezone") && m.contains("Mars/Olympus"),
+        "{m}"
+    );
+    let m = message(policy(good, json!({"perDay": -5})), "AgentPolicy");
+    assert!(m.contains("spec.budget.perDay"), "{m}");
+    let mut contract = mk_contract(json!({"type": "object"}));
+    contract["spec"]["cost"] = json!(-1);
+    let m = message(contract.clone(), "ToolContract");
+    assert!(m.contains("spec.cost"), "{m}");
+    contract["spec"]["cost"] = json!("args.amount +");
+    let m = message(contract, "ToolContract");
+    assert!(m.contains("spec.cost"), "{m}");
+}

@@ -103,6 +103,8 @@ mod tests {
             reads,
             headers: Default::default(),
             approval: None,
+            requires: Vec::new(),
+            budget: None,
         }
     }
 
