@@ -137,10 +137,11 @@ impl<'s> Verdict<'s> {
 }
 
 /// With `captureArguments`, what the audit record keeps of `args`: a redacted copy.
-/// Called once per call, with the arguments the call ended with.
-fn capture(contract: &Contract, captured: &mut Captured, args: &Value) {
+/// Called once per call, with the arguments the call ended with. Takes `Args`, not their
+/// tree: a contract that captures nothing must not build one (a parse per call).
+fn capture(contract: &Contract, captured: &mut Captured, args: &Args) {
     if contract.capture_arguments {
-        let mut args = args.clone();
+        let mut args = args.value().clone();
         contract.redact.iter().for_each(|r| r.apply(&mut args));
         captured.args = Some(args);
     }
@@ -161,7 +162,7 @@ pub async fn govern<'s>(
     let policy = match authorize::policy(snapshot, &proposal.agent.id) {
         Ok(policy) => policy,
         Err(reject) => {
-            capture(contract, captured, proposal.args.value());
+            capture(contract, captured, &proposal.args);
             return Err(reject);
         }
     };
@@ -214,21 +215,21 @@ pub async fn govern<'s>(
         }
         Err(reject) => {
             if let Some(raw) = &raw_args {
-                capture(contract, captured, raw.value());
+                capture(contract, captured, raw);
             }
             return Err(reject);
         }
     };
     // Past `decide`, the record keeps the arguments the call goes on with: validated,
     // defaults filled (or, overridden by a shadow policy, as proposed).
-    capture(contract, captured, args.value());
+    capture(contract, captured, args.args());
     // §16: the task the call's limits key on, its call order, its spend (proxy::seeds).
     let asked = Asked {
         agent: proposal.agent,
         session: proposal.session,
         headers: proposal.headers,
     };
-    let seeds = seeds::decide(governor, policy, contract, asked, args.value()).await?;
+    let seeds = seeds::decide(governor, policy, contract, asked, args.args()).await?;
     let action = match &contract.dedupe_key {
         Some(key) => match key.evaluate(args.value(), || proposal.agent.cel_value()) {
             Ok(action) => Some(action),
@@ -334,4 +335,90 @@ async fn approve(
     ))
     .await?;
     Ok(Approved::Used(approval))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::parse_documents;
+    use crate::limits::{Capacity, Clock};
+    use crate::policy::{BuildOptions, Snapshot};
+    use bytes::Bytes;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    const POLICIES: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: open}
+spec: {tool: open, input: {}, idempotent: true}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: kept}
+spec: {tool: kept, input: {}, idempotent: true, captureArguments: true}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: p}
+spec:
+  agents: [ops-bot]
+  tools: [{name: open}, {name: kept}]
+"#;
+
+    /// Governs a call of `tool` whose body was checked and not parsed (as REST's classify
+    /// leaves it): whether the verdict's arguments got parsed, and what was captured.
+    async fn governed(tool: &str) -> (bool, Captured) {
+        let (snapshot, errors) = Snapshot::build(
+            &parse_documents("t", POLICIES).0,
+            &BuildOptions::default(),
+            1,
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let ledger = Ledger::new(
+            Capacity::from_settings(&crate::config::Limits::default()),
+            Clock::fake(),
+        );
+        let governor = Governor {
+            ledger: &ledger,
+            shared: None,
+            tasks: None,
+            audit_refuses: false,
+            approvals: None,
+        };
+        let agent = Agent {
+            id: Arc::from("ops-bot"),
+            issuer: Arc::from("tokens"),
+            claims: json!({}),
+        };
+        let headers = HeaderMap::new();
+        let proposal = Proposal {
+            tool: snapshot.tool(tool).unwrap(),
+            args: Args::from_object_body(Bytes::from_static(br#"{"q":"x"}"#)).unwrap(),
+            round: None,
+            idempotency_key: None,
+            agent: &agent,
+            method: "POST",
+            path: "/t",
+            headers: &headers,
+            session: None,
+            trace_id: "0af7651916cd43dd8448eb211c80319c",
+        };
+        let mut captured = Captured::default();
+        let verdict = govern(&governor, &snapshot, proposal, &mut captured)
+            .await
+            .unwrap();
+        (verdict.args.args().is_parsed(), captured)
+    }
+
+    /// A parse per call was the largest cost of a minimal call: the decision must not
+    /// build the arguments' tree when nothing reads it (issue 49).
+    #[tokio::test]
+    async fn arguments_nothing_reads_stay_unparsed() {
+        let (parsed, captured) = governed("open").await;
+        assert!(!parsed, "nothing read the arguments, yet they were parsed");
+        assert!(captured.args.is_none());
+        let (_, captured) = governed("kept").await;
+        assert_eq!(captured.args, Some(json!({"q": "x"})));
+    }
 }

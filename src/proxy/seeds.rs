@@ -13,7 +13,7 @@ use crate::policy::contract::Contract;
 use crate::proxy::govern::{Governor, Verdict};
 use crate::proxy::stage::{call_order, spend, task_scope};
 use crate::state::remember::Remember;
-use crate::vocab::{Agent, Decision, Reject};
+use crate::vocab::{Agent, Args, Decision, Reject};
 
 /// What §16 adds to a call the gate lets run.
 #[derive(Default)]
@@ -41,12 +41,13 @@ pub async fn decide(
     policy: &Policy,
     contract: &Contract,
     asked: Asked<'_>,
-    args: &serde_json::Value,
+    args: &Args,
 ) -> Result<Seeds, Reject> {
     if !policy.keys_on_task && !policy.spends {
         return Ok(Seeds::default());
     }
-    match decide_all(governor, policy, contract, &asked, args).await {
+    // Only here is the tree built: a body checked but never parsed stays so above.
+    match decide_all(governor, policy, contract, &asked, args.value()).await {
         Ok(seeds) => Ok(seeds),
         Err(reject) if policy.shadow => {
             tracing::info!(tool = %contract.tool, agent = %asked.agent.id, code = %reject.code, "shadow policy would deny; forwarding");
