@@ -178,15 +178,27 @@ impl Tracker {
 
     /// Takes head bytes up to and including the next line end; returns how many.
     fn head_bytes(&mut self, bytes: &[u8]) -> usize {
-        let (part, used, ended) = match bytes.iter().position(|&b| b == b'\n') {
-            Some(end) => (&bytes[..end], end + 1, true),
-            None => (bytes, bytes.len(), false),
+        let end = memchr::memchr(b'\n', bytes);
+        let (part, used) = match end {
+            Some(end) => (&bytes[..end], end + 1),
+            None => (bytes, bytes.len()),
         };
         let room = MAX_LINE.saturating_sub(self.line.len());
+        if end.is_some() && self.line.is_empty() {
+            // The whole line came in this read, as nearly every header line does: it is
+            // judged where it lies instead of copied (this runs on every request).
+            self.line_ended(&part[..part.len().min(room)], part.len() > room);
+            return used;
+        }
         self.line.extend_from_slice(&part[..part.len().min(room)]);
         self.line_overlong |= part.len() > room;
-        if ended {
-            self.head_line();
+        if end.is_some() {
+            let line = std::mem::take(&mut self.line);
+            let overlong = std::mem::take(&mut self.line_overlong);
+            self.line_ended(&line, overlong);
+            // The buffer is kept for the next line split across reads.
+            self.line = line;
+            self.line.clear();
         }
         used
     }
@@ -225,12 +237,10 @@ impl Tracker {
     }
 
     /// A complete head line is in `line` (without its LF).
-    fn head_line(&mut self) {
-        let mut line = std::mem::take(&mut self.line);
-        let overlong = std::mem::take(&mut self.line_overlong);
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
+    /// A head line without its `\n` (at most `MAX_LINE` bytes of it; `overlong` when
+    /// there were more).
+    fn line_ended(&mut self, line: &[u8], overlong: bool) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
         if !self.head.request_line_done {
             self.head.request_line_done = true;
             // The HTTP/2 preface: hyper switches protocols; there are no more heads.
@@ -241,10 +251,8 @@ impl Tracker {
         } else if line.is_empty() {
             self.end_of_head();
         } else {
-            self.header(&line, overlong);
+            self.header(line, overlong);
         }
-        line.clear();
-        self.line = line;
     }
 
     fn header(&mut self, line: &[u8], overlong: bool) {
