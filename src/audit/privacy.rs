@@ -11,7 +11,7 @@
 //!   credential: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
 //!   `X-Api-Key`, the task token, and whatever `audit.redactHeaders` names become
 //!   `REDACTED`. Which headers are captured at all is the policy's business: only those
-//!   its rules reference (`policy::header_reads`).
+//!   its rules reference (`policy::field_reads`).
 
 use hmac::{Hmac, Mac};
 use serde_json::Value;

@@ -54,6 +54,7 @@ impl ActionKey {
         let reads = self.expression.reads;
         let bindings = Bindings {
             args: reads.args.then_some(Cow::Borrowed(args)),
+            args_fields: Some(&self.expression.args),
             agent: reads.agent.then(|| Cow::Owned(agent())),
             ..Bindings::default()
         };

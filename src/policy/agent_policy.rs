@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::contract::FieldError;
 use super::quota::Quota;
 use super::requires::Requirement;
-use super::rule::{CompiledRule, HeaderReads, Reads};
+use super::rule::{CompiledRule, FieldReads, HeaderReads, Reads};
 use super::spend::SpendBudget;
 use crate::crd::{AgentPolicySpec, Mode, RateLimit, SessionLimits};
 use crate::vocab::agent::canonical;
@@ -47,6 +47,8 @@ pub struct Grant {
     pub reads: Reads,
     /// The request headers they read together: a call binds (and records) only these.
     pub headers: HeaderReads,
+    /// The arguments they read together: a call converts only these for CEL.
+    pub args: FieldReads,
     pub approval: Option<Approval>,
     /// Earlier calls this one needs (call order); empty for most grants.
     pub requires: Vec<Requirement>,
@@ -121,6 +123,7 @@ impl Policy {
             };
             let reads = conditions().fold(Reads::default(), |all, r| all.union(r.reads));
             let headers = conditions().fold(HeaderReads::None, |all, r| all.union(&r.headers));
+            let args = conditions().fold(FieldReads::None, |all, r| all.union(&r.args));
             let requires = tool
                 .requires
                 .iter()
@@ -137,6 +140,7 @@ impl Policy {
                 rules,
                 reads,
                 headers,
+                args,
                 approval,
                 requires,
                 budget,

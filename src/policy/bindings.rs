@@ -17,6 +17,9 @@ use serde_json::Value as Json;
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use super::field_reads::FieldReads;
+use super::rule::CompiledRule;
+
 thread_local! {
     static ROOT: Context<'static, 'static> = root();
 }
@@ -79,6 +82,9 @@ impl Reads {
 #[derive(Debug, Default)]
 pub struct Bindings<'a> {
     pub args: Option<Cow<'a, Json>>,
+    /// The top-level fields of `args` the expressions read, the only ones converted;
+    /// `None`: all of them.
+    pub args_fields: Option<&'a FieldReads>,
     pub agent: Option<Cow<'a, Json>>,
     pub task: Option<Cow<'a, Json>>,
     pub session: Option<Cow<'a, Json>>,
@@ -98,8 +104,10 @@ impl<'a> Bindings<'a> {
             // The root holds no values, so its scope can hold values that borrow ours.
             let root: &Context<'_, '_> = root;
             let mut context = root.new_inner_scope();
+            if let Some(args) = &self.args {
+                context.add_variable_as_val("args", to_val_fields(args, self.args_fields));
+            }
             let variables = [
-                ("args", &self.args),
                 ("agent", &self.agent),
                 ("task", &self.task),
                 ("session", &self.session),
@@ -118,19 +126,56 @@ impl<'a> Bindings<'a> {
     }
 }
 
+/// An earlier call as a requirement's `match` sees it (`prior.tool`, `prior.args`).
+pub struct PriorCall<'a> {
+    pub tool: &'a str,
+    pub args: &'a Json,
+}
+
 /// Runs `evaluate` with only `args` and `prior` bound: a requirement's `match`
 /// (`policy::requires`), which compares an earlier call's arguments with this one's.
-pub fn scope_prior<R>(args: &Json, prior: &Json, evaluate: impl FnOnce(&Scope<'_, '_>) -> R) -> R {
+/// Of both, only the fields `rule` reads are converted.
+pub fn scope_prior<R>(
+    rule: &CompiledRule,
+    args: &Json,
+    prior: PriorCall<'_>,
+    evaluate: impl FnOnce(&Scope<'_, '_>) -> R,
+) -> R {
     ROOT.with(|root| {
         let root: &Context<'_, '_> = root;
         let mut context = root.new_inner_scope();
-        context.add_variable_as_val("args", to_val(args));
-        context.add_variable_as_val("prior", to_val(prior));
+        context.add_variable_as_val("args", to_val_fields(args, Some(&rule.args)));
+        let prior: HashMap<CelMapKey, Box<dyn Val + '_>> = HashMap::from([
+            (
+                CelMapKey::from("tool"),
+                Box::new(CelString::from(prior.tool)) as Box<dyn Val>,
+            ),
+            (
+                CelMapKey::from("args"),
+                to_val_fields(prior.args, Some(&rule.prior_args)),
+            ),
+        ]);
+        context.add_variable_as_val("prior", Box::new(CelMap::from(prior)));
         evaluate(&Scope {
             context,
             has_task: false,
         })
     })
+}
+
+/// A map of arguments as CEL sees it: only the top-level fields `fields` names, when it
+/// names some (`policy::field_reads`).
+fn to_val_fields<'v>(value: &'v Json, fields: Option<&FieldReads>) -> Box<dyn Val + 'v> {
+    match (value, fields) {
+        (Json::Object(all), Some(FieldReads::Named(names))) => Box::new(CelMap::from(
+            names
+                .iter()
+                .filter_map(|name| all.get_key_value(name.as_str()))
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
+                .collect::<HashMap<_, _>>(),
+        )),
+        _ => to_val(value),
+    }
 }
 
 /// JSON to a CEL value that borrows its strings. Integers stay `int` (CEL's serde path

@@ -1,108 +1,137 @@
-//! Which request headers a grant's rules read, found when the policy compiles.
+//! Which fields of a map a grant's expressions read, found when the policy compiles:
+//! the request headers of `request.headers`, and the top-level arguments of `args`.
 //!
 //! Rules see `request.headers`, and a capturing contract's audit record keeps what its
 //! rules saw (`inputs`, for `toolgate replay`). Handing every header to both would put a
 //! client's cookies and API keys in the audit log for a rule that only asked for
-//! `x-env`. So a rule's expression is read once: `request.headers['x-env']`,
-//! `request.headers.x_env`, `has(request.headers.x_env)` and `'x-env' in
-//! request.headers` name one header each;
-//! any other use of `request.headers` (iterated, sized, indexed by something computed)
-//! or of `request` whole reads them all. A call then binds only the headers read
-//! ([`HeaderReads::keeps`]).
+//! `x-env`. And a call's arguments become CEL values for every expression that reads
+//! them (rules, `cost`, a requirement's `match`): a 1 KiB body of eleven fields is an
+//! allocation per field and item, though the rules compare three.
+//!
+//! So each expression is read once: `m['name']`, `m.name`, `has(m.name)`, `m[?'name']`
+//! and `'name' in m` name one field of the map `m`; any other use of it (iterated,
+//! sized, indexed by something computed, passed whole), or of `request` whole for the
+//! headers, reads them all. A call then binds only the fields read
+//! ([`FieldReads::keeps`]); a map without a named field behaves the same bound whole
+//! or in part (`m.name` an error, `has(m.name)` false, `'name' in m` false).
 
 use cel::common::ast::{operators, EntryExpr, Expr, IdedExpr, LiteralValue};
 use std::collections::BTreeSet;
 
-/// The request headers an expression (or a grant's rules together) reads.
+/// The fields of one map an expression (or a grant's expressions together) reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum HeaderReads {
+pub enum FieldReads {
     #[default]
     None,
-    /// Only these, by the names the rules wrote.
+    /// Only these, by the names the expressions wrote.
     Named(BTreeSet<String>),
-    /// Possibly any: the rules use the headers as a whole.
+    /// Possibly any: the map is used as a whole.
     All,
 }
 
-impl HeaderReads {
-    /// What `expression` reads.
-    pub fn of(expression: &IdedExpr) -> HeaderReads {
-        let mut reads = HeaderReads::None;
-        visit(expression, &mut Vec::new(), &mut reads);
+/// Which map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Of {
+    /// `request.headers`.
+    Headers,
+    /// `args`.
+    Args,
+    /// `prior.args`, in a requirement's `match`.
+    PriorArgs,
+}
+
+/// The request headers read; the name their callers know them by.
+pub type HeaderReads = FieldReads;
+
+impl FieldReads {
+    /// What `expression` reads of the map `of`.
+    pub fn of(expression: &IdedExpr, of: Of) -> FieldReads {
+        let mut reads = FieldReads::None;
+        visit(expression, of, &mut Vec::new(), &mut reads);
         reads
     }
 
-    pub fn union(self, other: &HeaderReads) -> HeaderReads {
+    pub fn union(self, other: &FieldReads) -> FieldReads {
         match (self, other) {
-            (HeaderReads::All, _) | (_, HeaderReads::All) => HeaderReads::All,
-            (HeaderReads::None, other) => other.clone(),
-            (HeaderReads::Named(mut names), HeaderReads::Named(more)) => {
+            (FieldReads::All, _) | (_, FieldReads::All) => FieldReads::All,
+            (FieldReads::None, other) => other.clone(),
+            (FieldReads::Named(mut names), FieldReads::Named(more)) => {
                 names.extend(more.iter().cloned());
-                HeaderReads::Named(names)
+                FieldReads::Named(names)
             }
-            (named, HeaderReads::None) => named,
+            (named, FieldReads::None) => named,
         }
     }
 
-    /// Whether a call binds the header `name` (lowercase, as requests carry it).
+    /// Whether a call binds the field `name` (for headers: lowercase, as requests carry
+    /// them).
     pub fn keeps(&self, name: &str) -> bool {
         match self {
-            HeaderReads::None => false,
-            HeaderReads::Named(names) => names.contains(name),
-            HeaderReads::All => true,
+            FieldReads::None => false,
+            FieldReads::Named(names) => names.contains(name),
+            FieldReads::All => true,
         }
     }
 
     fn name(&mut self, name: &str) {
         match self {
-            HeaderReads::All => {}
-            HeaderReads::Named(names) => {
+            FieldReads::All => {}
+            FieldReads::Named(names) => {
                 names.insert(name.to_string());
             }
-            HeaderReads::None => *self = HeaderReads::Named(BTreeSet::from([name.to_string()])),
+            FieldReads::None => *self = FieldReads::Named(BTreeSet::from([name.to_string()])),
         }
     }
 }
 
-/// Whether `e` is `request.headers`, `request` being the rules' variable (not a
-/// comprehension's of the same name).
-fn is_headers(e: &IdedExpr, bound: &[String]) -> bool {
-    matches!(&e.expr, Expr::Select(s) if s.field == "headers" && is_request(&s.operand, bound))
+/// Whether `e` is the expressions' own variable `name` (not a comprehension's of the
+/// same name).
+fn is_variable(e: &IdedExpr, name: &str, bound: &[String]) -> bool {
+    matches!(&e.expr, Expr::Ident(n) if n == name && !bound.iter().any(|b| b == n))
 }
 
-fn is_request(e: &IdedExpr, bound: &[String]) -> bool {
-    matches!(&e.expr, Expr::Ident(name) if name == "request" && !bound.iter().any(|b| b == name))
+/// Whether `e` is the map itself.
+fn is_map(e: &IdedExpr, of: Of, bound: &[String]) -> bool {
+    match of {
+        Of::Headers => matches!(&e.expr, Expr::Select(s)
+            if s.field == "headers" && is_variable(&s.operand, "request", bound)),
+        Of::Args => is_variable(e, "args", bound),
+        Of::PriorArgs => matches!(&e.expr, Expr::Select(s)
+            if s.field == "args" && is_variable(&s.operand, "prior", bound)),
+    }
 }
 
-fn visit(e: &IdedExpr, bound: &mut Vec<String>, reads: &mut HeaderReads) {
+fn visit(e: &IdedExpr, of: Of, bound: &mut Vec<String>, reads: &mut FieldReads) {
     match &e.expr {
-        // request.headers.NAME, has(request.headers.NAME)
-        Expr::Select(s) if is_headers(&s.operand, bound) => reads.name(&s.field),
-        // request.headers: whole, since the selection of one header matched above.
-        Expr::Select(_) if is_headers(e, bound) => *reads = HeaderReads::All,
+        // m.NAME, has(m.NAME), m.?NAME
+        Expr::Select(s) if is_map(&s.operand, of, bound) => reads.name(&s.field),
+        // The map whole: its uses that name one field matched above or below.
+        _ if is_map(e, of, bound) => *reads = FieldReads::All,
         // request.method, request.path: no header.
-        Expr::Select(s) if is_request(&s.operand, bound) => {}
-        Expr::Ident(_) if is_request(e, bound) => *reads = HeaderReads::All,
-        Expr::Select(s) => visit(&s.operand, bound, reads),
-        // request.headers['name'] (or `[?'name']`)
+        Expr::Select(s) if of == Of::Headers && is_variable(&s.operand, "request", bound) => {}
+        Expr::Ident(_) if of == Of::Headers && is_variable(e, "request", bound) => {
+            *reads = FieldReads::All
+        }
+        Expr::Select(s) => visit(&s.operand, of, bound, reads),
+        // m['name'] (or `[?'name']`)
         Expr::Call(c)
             if (c.func_name == operators::INDEX || c.func_name == operators::OPT_INDEX)
                 && c.args.len() == 2
-                && is_headers(&c.args[0], bound) =>
+                && is_map(&c.args[0], of, bound) =>
         {
             match &c.args[1].expr {
                 Expr::Literal(LiteralValue::String(name)) => reads.name(name.as_ref()),
                 _ => {
-                    *reads = HeaderReads::All;
-                    visit(&c.args[1], bound, reads);
+                    *reads = FieldReads::All;
+                    visit(&c.args[1], of, bound, reads);
                 }
             }
         }
-        // 'name' in request.headers
+        // 'name' in m
         Expr::Call(c)
             if c.func_name == operators::IN
                 && c.args.len() == 2
-                && is_headers(&c.args[1], bound)
+                && is_map(&c.args[1], of, bound)
                 && matches!(&c.args[0].expr, Expr::Literal(LiteralValue::String(_))) =>
         {
             if let Expr::Literal(LiteralValue::String(name)) = &c.args[0].expr {
@@ -111,28 +140,28 @@ fn visit(e: &IdedExpr, bound: &mut Vec<String>, reads: &mut HeaderReads) {
         }
         Expr::Call(c) => {
             if let Some(target) = &c.target {
-                visit(target, bound, reads);
+                visit(target, of, bound, reads);
             }
-            c.args.iter().for_each(|a| visit(a, bound, reads));
+            c.args.iter().for_each(|a| visit(a, of, bound, reads));
         }
-        Expr::List(l) => l.elements.iter().for_each(|a| visit(a, bound, reads)),
+        Expr::List(l) => l.elements.iter().for_each(|a| visit(a, of, bound, reads)),
         Expr::Map(m) => m
             .entries
             .iter()
-            .for_each(|en| entry(&en.expr, bound, reads)),
+            .for_each(|en| entry(&en.expr, of, bound, reads)),
         Expr::Struct(s) => s
             .entries
             .iter()
-            .for_each(|en| entry(&en.expr, bound, reads)),
+            .for_each(|en| entry(&en.expr, of, bound, reads)),
         Expr::Comprehension(c) => {
-            visit(&c.iter_range, bound, reads);
-            visit(&c.accu_init, bound, reads);
+            visit(&c.iter_range, of, bound, reads);
+            visit(&c.accu_init, of, bound, reads);
             let scope = bound.len();
             bound.push(c.iter_var.clone());
             bound.extend(c.iter_var2.clone());
             bound.push(c.accu_var.clone());
             for part in [&c.loop_cond, &c.loop_step, &c.result] {
-                visit(part, bound, reads);
+                visit(part, of, bound, reads);
             }
             bound.truncate(scope);
         }
@@ -140,12 +169,12 @@ fn visit(e: &IdedExpr, bound: &mut Vec<String>, reads: &mut HeaderReads) {
     }
 }
 
-fn entry(entry: &EntryExpr, bound: &mut Vec<String>, reads: &mut HeaderReads) {
+fn entry(entry: &EntryExpr, of: Of, bound: &mut Vec<String>, reads: &mut FieldReads) {
     match entry {
-        EntryExpr::StructField(f) => visit(&f.value, bound, reads),
+        EntryExpr::StructField(f) => visit(&f.value, of, bound, reads),
         EntryExpr::MapEntry(m) => {
-            visit(&m.key, bound, reads);
-            visit(&m.value, bound, reads);
+            visit(&m.key, of, bound, reads);
+            visit(&m.value, of, bound, reads);
         }
     }
 }
@@ -155,7 +184,11 @@ mod tests {
     use super::*;
 
     fn reads(expr: &str) -> HeaderReads {
-        HeaderReads::of(&crate::policy::parser::parse(expr).unwrap())
+        FieldReads::of(&crate::policy::parser::parse(expr).unwrap(), Of::Headers)
+    }
+
+    fn args(expr: &str) -> FieldReads {
+        FieldReads::of(&crate::policy::parser::parse(expr).unwrap(), Of::Args)
     }
 
     fn named(names: &[&str]) -> HeaderReads {
@@ -214,5 +247,49 @@ mod tests {
         assert!(both.keeps("a") && both.keeps("b") && !both.keeps("c"));
         assert_eq!(HeaderReads::None.union(&HeaderReads::All), HeaderReads::All);
         assert!(!HeaderReads::None.keeps("a"));
+    }
+
+    #[test]
+    fn named_arguments_are_found_in_every_spelling() {
+        assert_eq!(args("task.service == 'x'"), FieldReads::None);
+        assert_eq!(
+            args("args.service == task.service && args.limit <= 500"),
+            named(&["limit", "service"])
+        );
+        assert_eq!(
+            args("has(args.note) || args['window'] > 1 || 'tags' in args"),
+            named(&["note", "tags", "window"])
+        );
+        assert_eq!(
+            args("args.tags.all(t, t != args.service)"),
+            named(&["service", "tags"])
+        );
+        assert_eq!(args("prior.args.id == args.id"), named(&["id"]));
+        let prior =
+            |e: &str| FieldReads::of(&crate::policy::parser::parse(e).unwrap(), Of::PriorArgs);
+        assert_eq!(
+            prior("prior.args.order_id == args.id"),
+            named(&["order_id"])
+        );
+        assert_eq!(
+            prior("prior.tool == 'x' && size(prior.args) > 0"),
+            FieldReads::All
+        );
+    }
+
+    #[test]
+    fn any_other_use_of_the_arguments_reads_them_all() {
+        for expr in [
+            "size(args) > 1",
+            "args[task.field] == 1",
+            "args.exists(k, k == 'x')",
+            "args == {}",
+            "[args][0].n == 1",
+            "request.headers['x'] == args",
+        ] {
+            assert_eq!(args(expr), FieldReads::All, "{expr}");
+        }
+        // A comprehension's own `args` is not the call's.
+        assert_eq!(args("[1].all(args, args > 0)"), FieldReads::None);
     }
 }

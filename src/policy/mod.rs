@@ -8,7 +8,7 @@ pub mod agent_policy;
 pub mod bindings;
 pub mod contract;
 pub mod fault;
-pub mod header_reads;
+pub mod field_reads;
 pub mod parser;
 pub mod quota;
 pub mod reader;

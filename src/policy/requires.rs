@@ -8,9 +8,10 @@
 //! backend (`limits::history` in memory, `state::history` in Redis) or, offline, from
 //! the audit log (`replay::order`), so all three decide with this one function.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::Duration;
 
+use super::bindings::PriorCall;
 use super::fault::FieldError;
 use super::rule::{CompiledRule, Scope};
 use crate::crd::{Requirement as Spec, Rule, Within};
@@ -85,8 +86,11 @@ impl Requirement {
         let Some(matches) = &self.matches else {
             return true;
         };
-        let prior = json!({"tool": prior.tool, "args": prior.args});
-        super::bindings::scope_prior(args, &prior, |scope: &Scope<'_, '_>| {
+        let prior = PriorCall {
+            tool: prior.tool,
+            args: prior.args,
+        };
+        super::bindings::scope_prior(matches, args, prior, |scope: &Scope<'_, '_>| {
             matches.evaluate_in(scope).is_ok()
         })
     }
@@ -151,6 +155,7 @@ pub fn needs_task(requirement: &Requirement) -> Reject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn mk(expr: Option<&str>, max_age: Option<u64>) -> Requirement {
         Requirement::compile(

@@ -15,7 +15,7 @@ use cel::Value;
 use std::collections::HashSet;
 
 pub use super::bindings::{Bindings, Reads, Scope};
-pub use super::header_reads::HeaderReads;
+pub use super::field_reads::{FieldReads, HeaderReads, Of};
 use super::parser::parse;
 use crate::crd::Rule;
 use crate::vocab::Recovery;
@@ -56,6 +56,10 @@ pub struct CompiledRule {
     pub reads: Reads,
     /// The request headers it reads: only those are bound (and captured).
     pub headers: HeaderReads,
+    /// The arguments it reads: only those become CEL values.
+    pub args: FieldReads,
+    /// In a requirement's `match`, the earlier call's arguments it reads.
+    pub prior_args: FieldReads,
     expression: IdedExpr,
 }
 
@@ -131,7 +135,9 @@ impl CompiledRule {
             recovery: rule.recovery,
             reads_task: walk.free.contains("task"),
             reads: Reads::of(walk.free.iter().map(String::as_str)),
-            headers: HeaderReads::of(&expression),
+            headers: FieldReads::of(&expression, Of::Headers),
+            args: FieldReads::of(&expression, Of::Args),
+            prior_args: FieldReads::of(&expression, Of::PriorArgs),
             expression,
         })
     }
@@ -278,6 +284,7 @@ mod tests {
     fn mk_bindings(args: Json, task: Option<Json>) -> Bindings<'static> {
         Bindings {
             args: Some(Cow::Owned(args)),
+            args_fields: None,
             agent: Some(Cow::Owned(
                 json!({"id": "ops-bot", "claims": {"tenant": "acme", "projects": ["OPS"]}}),
             )),

@@ -101,7 +101,7 @@ impl SpendBudget {
 #[derive(Debug)]
 pub enum CallCost {
     Fixed(u64),
-    Expr(CompiledRule),
+    Expr(Box<CompiledRule>),
 }
 
 impl Default for CallCost {
@@ -132,7 +132,7 @@ impl CallCost {
                         "cost may read only args and agent",
                     ));
                 }
-                Ok(CallCost::Expr(rule))
+                Ok(CallCost::Expr(Box::new(rule)))
             }
         }
     }
@@ -150,6 +150,7 @@ impl CallCost {
         let reads = rule.reads;
         let bindings = Bindings {
             args: reads.args.then_some(std::borrow::Cow::Borrowed(args)),
+            args_fields: Some(&rule.args),
             agent: reads.agent.then(|| std::borrow::Cow::Owned(agent())),
             ..Bindings::default()
         };

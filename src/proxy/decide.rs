@@ -181,6 +181,7 @@ fn judge(
     }
     let bindings = Bindings {
         args: reads.args.then(|| Cow::Borrowed(args.value())),
+        args_fields: Some(&grant.args),
         agent: inputs.agent.map(Cow::Owned),
         task: inputs.task.map(Cow::Owned),
         session: inputs.session.map(Cow::Owned),

@@ -102,6 +102,7 @@ mod tests {
             rules,
             reads,
             headers: Default::default(),
+            args: Default::default(),
             approval: None,
             requires: Vec::new(),
             budget: None,
@@ -111,6 +112,7 @@ mod tests {
     fn mk_bindings(args: serde_json::Value, task: Option<serde_json::Value>) -> Bindings<'static> {
         Bindings {
             args: Some(Cow::Owned(args)),
+            args_fields: None,
             agent: Some(Cow::Owned(json!({"id": "bot", "claims": {}}))),
             task: task.map(Cow::Owned),
             session: Some(Cow::Owned(json!({"id": null, "calls": 0}))),
