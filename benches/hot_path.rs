@@ -30,6 +30,7 @@ use toolgate::proxy::rest::classify::classify;
 use toolgate::proxy::stage::authorize;
 use toolgate::proxy::stage::identify::identify;
 use toolgate::proxy::stage::validate::validate;
+use toolgate::proxy::task_token::Presented;
 use toolgate::telemetry::metrics::Metrics;
 use toolgate::vocab::args::Args;
 
@@ -57,13 +58,6 @@ fn stages(c: &mut Criterion) {
     let policy = snapshot.policy_for(AGENT).unwrap();
     let agent = futures_executor::block_on(identify(&identity, &headers, None)).unwrap();
     let args = Args::from(common::args());
-    let view = RequestView {
-        method: "POST",
-        path: "/search",
-        headers: &headers,
-        session: None,
-        tasks: identity.tasks.as_ref(),
-    };
 
     // The minimal profile's contract: its schema accepts any object, so the body is only
     // checked (vocab::args).
@@ -122,7 +116,13 @@ fn stages(c: &mut Criterion) {
                     &agent,
                     contract,
                     args,
-                    &view,
+                    &RequestView {
+                        method: "POST",
+                        path: "/search",
+                        headers: &headers,
+                        session: None,
+                        task: &Presented::new(&headers, &agent.id, identity.tasks.as_ref()),
+                    },
                     None,
                 )
                 .unwrap()
@@ -215,7 +215,13 @@ fn stages(c: &mut Criterion) {
                 &agent,
                 contract,
                 call.args,
-                &view,
+                &RequestView {
+                    method: "POST",
+                    path: "/search",
+                    headers: &headers,
+                    session: None,
+                    task: &Presented::new(&headers, &agent.id, identity.tasks.as_ref()),
+                },
                 None,
             )
             .unwrap();

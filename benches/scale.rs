@@ -22,6 +22,7 @@ use toolgate::policy::{BuildOptions, Snapshot};
 use toolgate::proxy::decide::{decide, RequestView, Tallies};
 use toolgate::proxy::rest::classify::classify;
 use toolgate::proxy::stage::authorize;
+use toolgate::proxy::task_token::Presented;
 use toolgate::vocab::Agent;
 
 /// The allocator the toolgate binary ships with, so the numbers are its numbers.
@@ -82,7 +83,7 @@ fn per_call(c: &mut Criterion) {
                         path,
                         headers: &headers,
                         session: None,
-                        tasks: None,
+                        task: &Presented::new(&headers, &agent.id, None),
                     };
                     let contract = snapshot.contract(call.tool);
                     decide(

@@ -9,7 +9,6 @@ use http::HeaderMap;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
-use crate::identity::task::TaskTokens;
 use crate::limits::Ledger;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
@@ -17,6 +16,7 @@ use crate::policy::rule::{Bindings, HeaderReads};
 use crate::proxy::stage::authorize::authorize;
 use crate::proxy::stage::rules;
 use crate::proxy::stage::validate::{validate, Arguments};
+use crate::proxy::task_token::Presented;
 use crate::vocab::args::Args;
 use crate::vocab::Agent;
 use crate::vocab::Reject;
@@ -27,8 +27,8 @@ pub struct RequestView<'a> {
     pub path: &'a str,
     pub headers: &'a HeaderMap,
     pub session: Option<&'a str>,
-    /// Verifies the task token (`X-Toolgate-Task`) a rule reading `task` needs.
-    pub tasks: Option<&'a TaskTokens>,
+    /// The task token (`X-Toolgate-Task`) a rule reading `task` needs, verified once.
+    pub task: &'a Presented<'a>,
 }
 
 /// Where the limits decide reads live.
@@ -72,10 +72,7 @@ pub fn decide(
     let args = validate(contract, args)?;
     let needs_approval = judge(permit.grant, &args, record, |reads| Inputs {
         agent: reads.agent.then(|| agent.cel_value()),
-        task: reads
-            .task
-            .then(|| task_claims(request.headers, &agent.id, request.tasks))
-            .flatten(),
+        task: reads.task.then(|| request.task.claims().cloned()).flatten(),
         session: reads.session.then(|| {
             let calls = match tallies {
                 Tallies::Local(ledger) => ledger.session_calls(&agent.id, request.session),
@@ -190,11 +187,6 @@ fn judge(
     rules::check(grant, &bindings)
 }
 
-fn task_claims(headers: &HeaderMap, agent: &str, tasks: Option<&TaskTokens>) -> Option<Value> {
-    let token = headers.get(crate::proxy::headers::TASK)?.to_str().ok()?;
-    tasks?.claims(token.trim(), agent)
-}
-
 /// Request headers as rules see them: lowercase names, text values, only those the
 /// grant's rules read (`HeaderReads`), never the credential or the task token.
 fn visible_headers(headers: &HeaderMap, read: &HeaderReads) -> Value {
@@ -258,12 +250,13 @@ spec:
             issuer: Arc::from("tokens"),
             claims: json!({}),
         };
+        let task = Presented::new(headers, "ops-bot", None);
         let view = RequestView {
             method: "POST",
             path: "/t",
             headers,
             session: Some("s1"),
-            tasks: None,
+            task: &task,
         };
         let policy = snapshot.policy_for("ops-bot").unwrap();
         let contract = snapshot.contract(snapshot.tool("t").unwrap());

@@ -30,6 +30,7 @@ use crate::proxy::gate::Gate;
 use crate::proxy::seeds::{self, Asked};
 use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::Arguments;
+use crate::proxy::task_token::Presented;
 use crate::state::Shared;
 use crate::vocab::{Agent, Args, Code, Decision, Reject};
 
@@ -166,12 +167,14 @@ pub async fn govern<'s>(
             return Err(reject);
         }
     };
+    // The task token, verified at most once whatever reads it (rules, §16's scope).
+    let task = Presented::new(proposal.headers, &proposal.agent.id, governor.tasks);
     let view = RequestView {
         method: proposal.method,
         path: proposal.path,
         headers: proposal.headers,
         session: proposal.session,
-        tasks: governor.tasks,
+        task: &task,
     };
     // The arguments as proposed, kept only for what may need them after `decide` has
     // taken them: the record of a refusal, or a shadow policy forwarding it unvalidated.
@@ -227,7 +230,7 @@ pub async fn govern<'s>(
     let asked = Asked {
         agent: proposal.agent,
         session: proposal.session,
-        headers: proposal.headers,
+        task: &task,
     };
     let seeds = seeds::decide(governor, policy, contract, asked, args.args()).await?;
     let action = match &contract.dedupe_key {

@@ -23,5 +23,6 @@ pub mod rest;
 pub mod seeds;
 pub mod server;
 pub mod stage;
+pub mod task_token;
 
 pub use gate::Gate;

@@ -5,13 +5,12 @@
 //! A policy with none of them (no session limits, no `requires`, no `budget`) returns at
 //! the first line: no header is read, no map looked up, nothing allocated.
 
-use http::HeaderMap;
-
 use crate::limits::budget::Charges;
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::govern::{Governor, Verdict};
 use crate::proxy::stage::{call_order, spend, task_scope};
+use crate::proxy::task_token::Presented;
 use crate::state::remember::Remember;
 use crate::vocab::{Agent, Args, Decision, Reject};
 
@@ -32,7 +31,8 @@ pub struct Seeds {
 pub struct Asked<'a> {
     pub agent: &'a Agent,
     pub session: Option<&'a str>,
-    pub headers: &'a HeaderMap,
+    /// Its task token, verified once for the rules and for this.
+    pub task: &'a Presented<'a>,
 }
 
 /// Decides §16's rules for a call with validated `args`; `Err` refuses it.
@@ -68,7 +68,7 @@ async fn decide_all(
     args: &serde_json::Value,
 ) -> Result<Seeds, Reject> {
     let agent = &asked.agent.id;
-    let task = task_scope::task_scope(policy, asked.headers, agent, governor.tasks)?;
+    let task = task_scope::task_scope(policy, asked.task)?;
     let scope = task.as_deref().or(asked.session);
     let grant = match policy.grants.get(contract.tool.as_str()) {
         Some(grant) if !policy.remembered.is_empty() || policy.spends => grant,

@@ -6,30 +6,18 @@
 //! scoped to that task, whatever session id it sends; `session.requireTask: true`
 //! refuses a call without one (`OUT_OF_TASK_SCOPE`).
 
-use http::HeaderMap;
-
-use crate::identity::task::TaskTokens;
 use crate::limits::scope;
 use crate::policy::agent_policy::Policy;
+use crate::proxy::task_token::Presented;
 use crate::vocab::{Code, Reject};
 
 /// The task scope of the call, if it carries a task token naming a task; `Err` when the
 /// policy requires one and it doesn't.
-pub fn task_scope(
-    policy: &Policy,
-    headers: &HeaderMap,
-    agent: &str,
-    tasks: Option<&TaskTokens>,
-) -> Result<Option<String>, Reject> {
+pub fn task_scope(policy: &Policy, token: &Presented<'_>) -> Result<Option<String>, Reject> {
     if !policy.keys_on_task {
         return Ok(None);
     }
-    let claims = headers
-        .get(crate::proxy::headers::TASK)
-        .and_then(|v| v.to_str().ok())
-        .zip(tasks)
-        .and_then(|(token, tasks)| tasks.claims(token.trim(), agent));
-    let task = claims.as_ref().and_then(scope::task_id).map(scope::task);
+    let task = token.claims().and_then(scope::task_id).map(scope::task);
     if task.is_none() && policy.session.is_some_and(|s| s.require_task) {
         return Err(Reject::new(
             Code::OutOfTaskScope,
