@@ -12,6 +12,9 @@
 # are not time: valgrind hides SHA-NI and serialises threads, so hashing weighs more and
 # contention less than natively (BENCHMARKS.md).
 #
+# Profiles beyond the default four: full-jwt (the agent identified by a verified JWT),
+# full-budget and full-requires (full with a spend budget, with a call order: what
+# DESIGN §16's rules add, read against full); older kits know only the default four.
 # Knobs (environment): INSTR_CALLS=1000 (N)  INSTR_PROFILES="direct bare minimal full"
 #   INSTR_LOADS="rest mcp"  INSTR_KEEP=1 (keep the callgrind files, to annotate)
 set -euo pipefail
@@ -40,6 +43,8 @@ count() { # kit profile load calls -> total instructions of the run
 printf '%-40s %-6s %-8s %14s %14s\n' build load profile 'instr/call' 'minus direct'
 for kit in "${kits[@]}"; do
   build=$(git -C "$(dirname "$kit")/../../.." rev-parse --short HEAD 2>/dev/null || echo "$kit")
+  # The callgrind files are named after it: no slashes.
+  build=${build//\//_}
   for load in $loads; do
     direct=0
     for profile in $profiles; do

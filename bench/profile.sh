@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Where a loaded sidecar spends its CPU, one command: bench/profile.sh [minimal|full] [rest|mcp]
+# Where a loaded sidecar spends its CPU, one command: bench/profile.sh [minimal|full|full-jwt] [rest|mcp]
 #
 # Starts on loopback the load benchmark's backend and OTLP sink and one toolgate with
 # bench/policies/{profile}.yaml (full: audit to a file, spans to the sink, as
-# bench/run.sh runs it), drives it with wrk at c=64 and samples the sidecar alone with
+# bench/run.sh runs it; full-jwt: full with the agent identified by a JWT, verified then
+# cached, as run.sh's full-jwt target), drives it with wrk at c=64 and samples the sidecar alone with
 # `perf record -e cpu-clock` (a software clock: these machines have no hardware
 # counters). Prints two tables: the share of samples per component (kernel, allocator,
 # each crate family, toolgate's own code) and the top symbols. Release binaries carry
@@ -12,6 +13,7 @@
 # Knobs (environment): PROFILE_SECONDS=10  PROFILE_CONNECTIONS=64  PROFILE_TOP=40
 #   PROFILE_PORT_BASE=18900  PROFILE_BINARY=target/release/toolgate  PROFILE_NO_BUILD=1
 #   PROFILE_KEEP=1 (keep the work folder with perf.data)
+#   PROFILE_CALLGRAPH=dwarf (also each toolgate function with its callees: the stages)
 #   PROFILE_ENV="NAME=value ..." (toolgate's extra environment, e.g. an allocator option)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +26,8 @@ seconds=${PROFILE_SECONDS:-10}
 connections=${PROFILE_CONNECTIONS:-64}
 top=${PROFILE_TOP:-40}
 base=${PROFILE_PORT_BASE:-18900}
-case $profile in minimal | full) ;; *) echo "profile: minimal or full" >&2; exit 2 ;; esac
+case $profile in minimal | full | full-jwt) ;; *) echo "profile: minimal, full or full-jwt" >&2; exit 2 ;; esac
+policies=${profile%-jwt}
 case $load in rest | mcp) ;; *) echo "load: rest or mcp" >&2; exit 2 ;; esac
 command -v perf >/dev/null || { echo "perf is missing (apt-get install linux-perf)" >&2; exit 1; }
 command -v wrk >/dev/null || { echo "wrk is missing (apt-get install wrk)" >&2; exit 1; }
@@ -51,7 +54,11 @@ pids+=($!)
 "$kit" otlp-sink --listen "127.0.0.1:$port_otlp" >"$work/otlp.log" 2>&1 &
 pids+=($!)
 extra="audit: {path: 'off'}"
-if [ "$profile" = full ]; then
+# full-jwt's agent presents a JWT and there is no token file, as in bench/run.sh.
+credentials="tokens: $root/bench/tokens.yaml"
+[ "$profile" = full-jwt ] &&
+  credentials="jwt: [{issuer: agents, audience: toolgate-bench, jwks: $root/examples/keys/task-jwks.json}]"
+if [ "$policies" = full ]; then
   extra="audit: {path: $work/audit.log}
 telemetry: {otlpEndpoint: 'http://127.0.0.1:$port_otlp', serviceName: toolgate-profile}"
 fi
@@ -59,10 +66,10 @@ cat >"$work/toolgate.yaml" <<EOF
 listen: 127.0.0.1:$port_sidecar
 admin: 127.0.0.1:$((port_sidecar + 10))
 upstream: http://127.0.0.1:$port_backend
-policies: {files: [$root/bench/policies/$profile.yaml]}
+policies: {files: [$root/bench/policies/$policies.yaml]}
 identity:
-  tokens: $root/bench/tokens.yaml
   taskIssuers: [{issuer: orchestrator, jwks: $root/examples/keys/task-jwks.json}]
+  $credentials
 $extra
 EOF
 # shellcheck disable=SC2086
@@ -75,6 +82,10 @@ for p in $port_backend $port_otlp $port_sidecar; do wait_port "$p"; done
 export BENCH_DIR=$root/bench BENCH_BODY=$root/bench/body.json
 BENCH_TASK=$("$kit" task-token --agent bench-bot)
 export BENCH_TASK
+if [ "$profile" = full-jwt ]; then
+  BENCH_AUTH="Bearer $("$kit" agent-token --agent bench-bot)"
+  export BENCH_AUTH
+fi
 url="http://127.0.0.1:$port_sidecar"
 # A short warm-up, so that the profile shows the steady state, not the first calls.
 wrk -t1 -c"$connections" -d2s -s "bench/wrk/$load.lua" "$url" >/dev/null
@@ -136,3 +147,13 @@ print("\n| share | symbol |\n|---:|---|")
 for pct, dso, kind, sym in rows[: int(sys.argv[2])]:
     print(f"| {pct:.2f}% | {sym[:110]} |")
 EOF
+# With call graphs (PROFILE_CALLGRAPH=dwarf), toolgate's functions by the share of
+# samples in them and what they call: its stages, natively (bench/stages.sh counts
+# them under callgrind, which runs SHA-256 without the CPU's SHA instructions).
+if [ -n "${PROFILE_CALLGRAPH:-}" ]; then
+  echo
+  echo "| share with callees | toolgate function |"
+  echo "|---:|---|"
+  perf report -i "$work/perf.data" --children --sort sym --stdio 2>/dev/null |
+    sed -n 's/^ *\([0-9.]*%\) *[0-9.]*% *\[.\] \(toolgate::.*\)/| \1 | \2 |/p' | head -"$top"
+fi

@@ -12,7 +12,10 @@
 //! each, answered by the load benchmark's backend). Instruction counts don't depend on
 //! what else the machine is doing, so two builds compare exactly; `--profile direct`
 //! counts the backend and client alone, to subtract, and `--profile bare` the bare
-//! pass-through proxy, the floor minimal is measured against.
+//! pass-through proxy, the floor minimal is measured against. `full-jwt` is full with
+//! the agent identified by a verified JWT instead of a static token; `full-budget` and
+//! `full-requires` are full with a spend budget and with a call order (whose earlier
+//! call is made once before the warm-up), what DESIGN §16's rules add read against full.
 
 #[path = "../../benches/common/inproc.rs"]
 mod common;
@@ -45,8 +48,24 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
     let sidecar = match profile {
         "direct" | "bare" => None,
         "minimal" => Some(common::sidecar(backend, "minimal", "off").await),
-        "full" => Some(common::sidecar(backend, "full", &audit.to_string_lossy()).await),
-        other => anyhow::bail!("unknown profile {other:?}: direct, bare, minimal or full"),
+        // full, and full with one of §16's rules: what each adds, subtracted from full.
+        "full" | "full-budget" | "full-requires" => {
+            Some(common::sidecar(backend, profile, &audit.to_string_lossy()).await)
+        }
+        // full with the agent identified by a verified (then cached) JWT, as bench/run.sh's
+        // full-jwt target.
+        "full-jwt" => {
+            let mut settings = common::settings(backend, "full", &audit.to_string_lossy());
+            settings.identity.tokens = None;
+            settings.identity.jwt = vec![serde_yaml::from_str(&format!(
+                "{{issuer: agents, audience: toolgate-bench, jwks: {}/examples/keys/task-jwks.json}}",
+                env!("CARGO_MANIFEST_DIR")
+            ))?];
+            Some(common::start(settings).await)
+        }
+        other => anyhow::bail!(
+            "unknown profile {other:?}: direct, bare, minimal, full, full-jwt, full-budget or full-requires"
+        ),
     };
     let addr = match &sidecar {
         Some(sidecar) => sidecar.agent_addr,
@@ -54,6 +73,10 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
         None => backend,
     };
     let mut sender = common::connect(addr).await;
+    let credential = match profile {
+        "full-jwt" => format!("Bearer {}", crate::task_token::sign_agent("bench-bot")?),
+        _ => "Bearer bench-token".to_string(),
+    };
     let arguments = std::str::from_utf8(BODY)?.trim_end().trim_end_matches('}');
     let mut sent = 0u64;
     let mut request = || {
@@ -61,7 +84,7 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
         let builder = Request::post(if mcp { "/mcp" } else { "/search" })
             .header("host", "bench")
             .header("content-type", "application/json")
-            .header("authorization", "Bearer bench-token")
+            .header("authorization", credential.as_str())
             .header("x-toolgate-task", task.as_str());
         if !mcp {
             return builder.body(Full::new(Bytes::from_static(BODY)));
@@ -73,6 +96,16 @@ pub async fn run(profile: &str, load: &str, requests: u64, task: String) -> anyh
             .header("accept", "application/json, text/event-stream")
             .body(Full::new(Bytes::from(message)))
     };
+    if profile == "full-requires" {
+        // The earlier call `search_logs` requires, once, in the load's task.
+        let prior = Request::post("/order")
+            .header("host", "bench")
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer bench-token")
+            .header("x-toolgate-task", task.as_str())
+            .body(Full::new(Bytes::from_static(br#"{"service":"orders"}"#)))?;
+        common::call(&mut sender, prior).await;
+    }
     // A refused tools/call is a 200 too: the first answer must be a result.
     let first = common::call(&mut sender, request()?).await;
     let answer: serde_json::Value = serde_json::from_slice(&first)?;

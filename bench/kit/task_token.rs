@@ -12,6 +12,8 @@ pub fn sign(agent: &str) -> anyhow::Result<String> {
         "iss": "orchestrator",
         "exp": now + 3600,
         "agent": agent,
+        // The task its session limits and call history key on (DESIGN §16).
+        "task_id": "bench-task",
         "service": "orders",
         "window_minutes": 60,
     });

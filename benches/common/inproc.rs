@@ -42,6 +42,12 @@ pub async fn backend() -> SocketAddr {
 /// A sidecar in front of `upstream` with `bench/policies/{policies}.yaml`; `audit` is a
 /// settings value (`off` or a file).
 pub async fn sidecar(upstream: SocketAddr, policies: &str, audit: &str) -> Sidecar {
+    start(settings(upstream, policies, audit)).await
+}
+
+/// The settings [`sidecar`] starts with: the agent named by a static token, task tokens
+/// from the demo orchestrator.
+pub fn settings(upstream: SocketAddr, policies: &str, audit: &str) -> Settings {
     let mut settings = Settings {
         listen: "127.0.0.1:0".parse().unwrap(),
         admin: "127.0.0.1:0".parse().unwrap(),
@@ -58,6 +64,11 @@ pub async fn sidecar(upstream: SocketAddr, policies: &str, audit: &str) -> Sidec
         require_agent: true,
     }];
     settings.audit.path = audit.into();
+    settings
+}
+
+/// Starts a sidecar and waits for its first policy snapshot.
+pub async fn start(settings: Settings) -> Sidecar {
     let sidecar = Sidecar::start(settings).await.unwrap();
     // Policies load from files in the background: wait for the first snapshot.
     while sidecar.control.snapshot().is_none() {
