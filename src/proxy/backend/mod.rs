@@ -8,8 +8,12 @@
 //! - [`failure`]: what can go wrong between toolgate and the backend, and the one
 //!   function that turns it into a `Reject` and a [`Ran`](crate::limits::dedupe::Ran)
 //!   answer. REST and MCP both call it; nothing else decides either.
+//! - [`send`]: the [`Backend`] seam the one call sequence sends through, and [`Keep`],
+//!   how an at-most-once answer is read.
 
 pub mod exchange;
 pub mod failure;
+pub mod send;
 pub mod upstream;
 pub use failure::{status_reject, Asked, Failure};
+pub use send::{Backend, Keep};

@@ -46,7 +46,7 @@ use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
 use crate::proxy::backend::exchange;
 use crate::proxy::backend::failure::unanswered_status;
-use crate::proxy::backend::{Asked, Failure};
+use crate::proxy::backend::{Asked, Failure, Keep};
 use crate::proxy::body::{full, Body};
 use crate::proxy::call::Door;
 use crate::proxy::forward::Sent;
@@ -197,11 +197,10 @@ async fn forward_call(
         rpc_id: Some(&id),
         retry: false,
         live,
-        buffer: move |upstream, exchange, window, max| {
-            once::collect(upstream, exchange, answer_id, window, max, tap)
-        },
+        keep: Keep::Answer { id: answer_id, tap },
     };
-    let delivery = crate::proxy::call::run(ex.gate, &snapshot, proposal, request, door, outcome)
+    let ground = ex.gate.ground();
+    let delivery = crate::proxy::call::run(&ground, &snapshot, proposal, request, door, outcome)
         .await
         .map_err(Refusal::of_call)?;
     reply(snapshot.clone(), tool, delivery.sent, relays, deadline)
