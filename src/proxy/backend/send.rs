@@ -14,9 +14,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::exchange::{send_buffered, send_retrying, Exchange, Received, MAX_BUFFERED_BYTES};
+use super::relay::Tap;
 use super::upstream::Upstream;
 use super::Failure;
-use crate::proxy::mcp::tools_call::live::Tap;
 
 /// How an at-most-once answer is read and kept for the call's duplicates.
 pub enum Keep {
@@ -88,10 +88,7 @@ impl Backend for Upstream {
                     send_buffered(upstream, exchange, window, max.min(MAX_BUFFERED_BYTES)).await
                 }
                 Keep::Answer { id, tap } => {
-                    crate::proxy::mcp::tools_call::once::collect(
-                        upstream, exchange, id, window, max, tap,
-                    )
-                    .await
+                    super::collect::send_collected(upstream, exchange, id, window, max, tap).await
                 }
             }
         }

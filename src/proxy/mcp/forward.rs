@@ -22,6 +22,7 @@ use super::reply::{Refusal, INTERNAL_ERROR};
 use super::tools_call::result::shape_answer;
 use super::{routing_headers, Inbound};
 use crate::policy::Snapshot;
+use crate::proxy::backend::collect;
 use crate::proxy::backend::failure::unanswered_status;
 use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::Body;
@@ -204,13 +205,13 @@ pub async fn collect(
         .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))?;
     let status = response.status();
     if !status.is_success() {
-        return match answer::rpc_error(response, timeout).await {
-            Some((_, bytes)) => Ok(answer::with_id(&bytes, &id)),
+        return match collect::rpc_error(response, timeout).await {
+            Some((_, bytes)) => Ok(collect::with_id(&bytes, &id)),
             None => Err(Refusal::error(INTERNAL_ERROR, unanswered_status(status).0)),
         };
     }
     let deadline = tokio::time::Instant::now() + timeout;
-    answer::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
+    collect::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
         .await
         .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))
 }

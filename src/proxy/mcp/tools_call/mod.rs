@@ -35,7 +35,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
+use super::answer::{rewrite_sse, Rewrite};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
 use super::reply::{self, Refusal};
@@ -44,8 +44,10 @@ use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
+use crate::proxy::backend::collect::{self, shape_of, Shape};
 use crate::proxy::backend::exchange;
 use crate::proxy::backend::failure::unanswered_status;
+use crate::proxy::backend::relay::{self, Relayed};
 use crate::proxy::backend::{Asked, Failure, Keep};
 use crate::proxy::body::{full, Body};
 use crate::proxy::call::Door;
@@ -55,7 +57,6 @@ use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::vocab::{Code, Reject};
 use follow_up::FollowUp;
-use live::Relayed;
 use result::shape_answer;
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
@@ -167,7 +168,7 @@ async fn forward_call(
     let deadline = tokio::time::Instant::now() + contract.timeout;
     let (tap, relays) = match live {
         true => {
-            let (tap, relays) = live::channel(deadline);
+            let (tap, relays) = relay::channel(deadline);
             (Some(tap), Some(relays))
         }
         false => (None, None),
@@ -395,7 +396,7 @@ async fn deliver(
         }
         Shape::Json if shaped => {
             let (mut parts, incoming) = response.into_parts();
-            let value = answer::read_json(incoming, id, max, deadline)
+            let value = collect::read_json(incoming, id, max, deadline)
                 .await
                 .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
@@ -455,10 +456,10 @@ async fn collect(ex: &Inbound<'_>, live: Live, id: &Value) -> Result<Value, Refu
     let contract = snapshot.contract(tool);
     if !response.status().is_success() {
         let (_, bytes) = upstream_error(response, contract).await?;
-        return Ok(answer::with_id(&bytes, id));
+        return Ok(collect::with_id(&bytes, id));
     }
     let max = ex.gate.limits.max_response_bytes;
-    let value = answer::collect(response, id, max, deadline)
+    let value = collect::collect(response, id, max, deadline)
         .await
         .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
     shape_answer(contract, value).map_err(Refusal::of_call)
@@ -470,7 +471,7 @@ async fn upstream_error(
     contract: &Contract,
 ) -> Result<(StatusCode, Bytes), Refusal> {
     let status = response.status();
-    answer::rpc_error(response, contract.timeout)
+    collect::rpc_error(response, contract.timeout)
         .await
         .ok_or_else(|| Refusal::of_call(unanswered_status(status).0))
 }

@@ -17,9 +17,10 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
+use super::answer::{rewrite_sse, Rewrite};
 use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
+use crate::proxy::backend::collect::{self, shape_of, Shape};
 
 use super::reply::{Refusal, INTERNAL_ERROR};
 use super::Inbound;
@@ -77,7 +78,7 @@ pub async fn single(
         Shape::Json => {
             let mut rewrite = ListRewrite::new(ex, snapshot, id.clone(), Some(outcome));
             let (mut parts, incoming) = response.into_parts();
-            let message = match answer::read_json(incoming, &id, max, deadline).await {
+            let message = match collect::read_json(incoming, &id, max, deadline).await {
                 Ok(message) => rewrite.answer(message),
                 Err(failure) => rewrite.failed(failure),
             };
