@@ -106,7 +106,7 @@ pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
     }
     let answer = answer.unwrap_or_else(|refusal| {
         outcome.refused(&refusal.reject);
-        refusal.message(&id, ex.trace_id(), false)
+        ex.refused(&refusal, &id)
     });
     outcome.record(&ex.gate.metrics, &ex.gate.audit).await;
     answer

@@ -22,7 +22,7 @@ use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
 use crate::proxy::backend::collect::{self, shape_of, Shape};
 
-use super::reply::{Refusal, INTERNAL_ERROR};
+use super::reply::Refusal;
 use super::Inbound;
 use crate::policy::Snapshot;
 use crate::proxy::backend::{Asked, Failure};
@@ -55,7 +55,7 @@ pub async fn single(
         Ok(response) => response,
         Err(failure) => {
             let reject = failure.reject(Asked::message(PASS_TIMEOUT));
-            return ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id);
+            return ex.refuse(outcome, Refusal::failed(reject), &id);
         }
     };
     outcome.passed();
@@ -91,7 +91,7 @@ pub async fn single(
         }
         Shape::Other => {
             let reject = Failure::NotAnAnswer.reject(Asked::message(PASS_TIMEOUT));
-            ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id)
+            ex.refuse(outcome, Refusal::failed(reject), &id)
         }
     }
 }
@@ -100,20 +100,17 @@ pub async fn single(
 pub async fn element(ex: &Inbound<'_>, message: &Message) -> Value {
     let id = message.reply_id();
     let Some(snapshot) = ex.snapshot.clone() else {
-        return not_ready().message(&id, ex.trace_id(), false);
+        return ex.refused(&not_ready(), &id);
     };
     let mut rewrite = ListRewrite::new(ex, snapshot, id.clone(), None);
     match forward::collect(ex, message, PASS_TIMEOUT).await {
         Ok(answer) => rewrite.answer(answer),
-        Err(refusal) => refusal.message(&id, ex.trace_id(), false),
+        Err(refusal) => ex.refused(&refusal, &id),
     }
 }
 
 fn not_ready() -> Refusal {
-    Refusal::error(
-        INTERNAL_ERROR,
-        Reject::new(Code::NotReady, "no policy is loaded yet"),
-    )
+    Refusal::failed(Reject::new(Code::NotReady, "no policy is loaded yet"))
 }
 
 struct ListRewrite {
@@ -195,6 +192,6 @@ impl Rewrite for ListRewrite {
 
     fn failed(&mut self, failure: Failure) -> Value {
         let reject = failure.reject(Asked::message(PASS_TIMEOUT));
-        Refusal::error(INTERNAL_ERROR, reject).message(&self.id, &self.trace_id, self.modern)
+        Refusal::failed(reject).message(&self.id, &self.trace_id, self.modern)
     }
 }
