@@ -149,7 +149,6 @@ async fn forward_once<S: Backend>(
         live,
         ..
     } = plan;
-    let state_failed_open = false;
     // At most once. The send runs detached, bounded by the dedupe window, so a duplicate
     // can still get its answer after this request stops waiting.
     let window = contract.dedupe_window.max(contract.timeout);
@@ -171,37 +170,17 @@ async fn forward_once<S: Backend>(
             &mut exchange,
             mcp.then_some(rpc_id),
         );
+        let max = ground.limits.max_response_bytes;
         // Boxed: the buffering future is kilobytes (the client exchange and the answer's
-        // collection), and this block is moved whole into the task `once::start` spawns.
-        let buffered = Box::pin(ground.backend.buffer(
-            exchange,
-            keep,
-            window,
-            ground.limits.max_response_bytes,
-        ));
-        let metrics = ground.metrics.clone();
-        let tool = contract.tool.clone();
-        let shared = ground.shared.cloned().zip(claim.clone());
-        let ownership = ownership.lock().ok().and_then(|mut o| o.take());
-        async move {
-            let sent = Instant::now();
-            let Received { settled, status } = buffered.await;
-            let failure = match &settled {
-                Settled::Answered(_) => None,
-                Settled::Failed { reject, .. } => Some(reject.code.as_str()),
-            };
-            backend.finish(span, &metrics, &tool, status, failure, sent);
-            // The one round trip after the call: its outcome, for other replicas'
-            // duplicates. Not awaited here: this pod's own wait on it for nothing.
-            if let Some((shared, claim)) = shared {
-                let kept = settled.clone();
-                tokio::spawn(async move { shared.settle(&claim, &kept).await });
-            }
-            if let (Some(ownership), Settled::Failed { ran: Ran::No, .. }) = (ownership, &settled) {
-                ownership.release();
-            }
-            settled
-        }
+        // collection), and the send is moved whole into the task `once::start` spawns.
+        let buffered = Box::pin(ground.backend.buffer(exchange, keep, window, max));
+        let sent = Sending {
+            span,
+            backend,
+            claim: claim.clone(),
+            ownership: ownership.lock().ok().and_then(|mut o| o.take()),
+        };
+        sent.finish(ground, &contract.tool, buffered)
     };
     let mut shadowed = None;
     let mut denied = false;
@@ -221,19 +200,28 @@ async fn forward_once<S: Backend>(
             lead.cleared
         }
     };
-    let started = once::start(
-        ground.ledger.dedupe(),
-        call,
-        contract.dedupe_window,
-        admit,
-        send,
-    )
-    .await;
+    let dedupe = ground.ledger.dedupe();
+    let started = once::start(dedupe, call, contract.dedupe_window, admit, send).await;
     if started.is_err() {
         if let Some(ownership) = ownership.lock().ok().and_then(|mut o| o.take()) {
             ownership.release();
         }
     }
+    delivered(started, live, contract.timeout, shadowed, denied).await
+}
+
+/// What the at-most-once call this request `started` came to for it: a live lead back
+/// at once, else the settled outcome (its own or the call it joined) within `timeout`.
+/// `shadowed` and `denied` are what the lead's admission found: a refusal is the gate's
+/// (`deny`) when the admission refused.
+async fn delivered<B>(
+    started: Result<Started, Reject>,
+    live: bool,
+    timeout: Duration,
+    shadowed: Option<Reject>,
+    denied: bool,
+) -> Result<Forwarded<B>, Stopped> {
+    let state_failed_open = false;
     let delivered = match started {
         Ok(Started::Led(flight)) if live => {
             return Ok(Forwarded {
@@ -242,7 +230,7 @@ async fn forward_once<S: Backend>(
                 state_failed_open,
             })
         }
-        Ok(started) => started.wait(contract.timeout).await,
+        Ok(started) => started.wait(timeout).await,
         Err(reject) => Err(reject),
     };
     match delivered {
@@ -256,6 +244,54 @@ async fn forward_once<S: Backend>(
         }),
         Err(reject) if denied => Err(Stopped::Denied(reject)),
         Err(reject) => Err(Stopped::Failed(reject)),
+    }
+}
+
+/// The one real send of an at-most-once call, once its request is on its way: the
+/// client span to end, the claim other replicas see, the action to give back.
+struct Sending {
+    span: ClientSpan,
+    backend: Client,
+    claim: Option<Claim>,
+    ownership: Option<action::Ownership>,
+}
+
+impl Sending {
+    /// Waits for the backend's kept answer, then ends the client span and counts it,
+    /// stores the outcome for other replicas' duplicates and gives the action back if
+    /// the call certainly did not run. Borrows nothing: it runs detached.
+    fn finish<F>(
+        self,
+        ground: &Ground<'_, impl Backend>,
+        tool: &str,
+        buffered: std::pin::Pin<Box<F>>,
+    ) -> impl std::future::Future<Output = Settled> + Send + 'static
+    where
+        F: std::future::Future<Output = Received> + Send + 'static,
+    {
+        let metrics = ground.metrics.clone();
+        let tool = tool.to_string();
+        let shared = ground.shared.cloned().zip(self.claim);
+        let (span, backend, ownership) = (self.span, self.backend, self.ownership);
+        async move {
+            let sent = Instant::now();
+            let Received { settled, status } = buffered.await;
+            let failure = match &settled {
+                Settled::Answered(_) => None,
+                Settled::Failed { reject, .. } => Some(reject.code.as_str()),
+            };
+            backend.finish(span, &metrics, &tool, status, failure, sent);
+            // The one round trip after the call: its outcome, for other replicas'
+            // duplicates. Not awaited here: this pod's own wait on it for nothing.
+            if let Some((shared, claim)) = shared {
+                let kept = settled.clone();
+                tokio::spawn(async move { shared.settle(&claim, &kept).await });
+            }
+            if let (Some(ownership), Settled::Failed { ran: Ran::No, .. }) = (ownership, &settled) {
+                ownership.release();
+            }
+            settled
+        }
     }
 }
 
@@ -349,31 +385,7 @@ async fn forward_idempotent<S: Backend>(
         retry,
         ..
     } = plan;
-    let mut state_failed_open = false;
-    let shared = ground
-        .shared
-        .map(|shared| (shared, shared_limits(ground.limits, contract, policy)));
-    let shadowed = match shared {
-        None => session::admit(ground.ledger, call, policy).map_err(Stopped::Denied)?,
-        // Nothing to count: no round trip. (§16: a spend budget is charged here too.)
-        Some((_, limits))
-            if call.session.is_none() && !limits.rated() && call.charges.is_none() =>
-        {
-            None
-        }
-        Some((shared, limits)) => {
-            match shared.admit(call, &limits, None).await {
-                Ok(Admission::Admitted { overridden }) => overridden,
-                Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
-                // Nothing is claimed for an idempotent call.
-                Ok(Admission::Joined { .. }) => None,
-                Err(_) => {
-                    state_failed_open = true;
-                    None
-                }
-            }
-        }
-    };
+    let (shadowed, state_failed_open) = admit_idempotent(ground, contract, policy, call).await?;
     let span = start_client(
         ground,
         parent,
@@ -395,6 +407,33 @@ async fn forward_idempotent<S: Backend>(
         shadowed,
         state_failed_open,
     })
+}
+
+/// Admits an idempotent call to its session and rate limits, in memory or in the shared
+/// state (which fails open for limits). `Ok`: the limit a shadow policy overrode, and
+/// whether the shared state failed open.
+async fn admit_idempotent<S>(
+    ground: &Ground<'_, S>,
+    contract: &Contract,
+    policy: &Policy,
+    call: &Call<'_>,
+) -> Result<(Option<Reject>, bool), Stopped> {
+    let Some(shared) = ground.shared else {
+        let shadowed = session::admit(ground.ledger, call, policy).map_err(Stopped::Denied)?;
+        return Ok((shadowed, false));
+    };
+    let limits = shared_limits(ground.limits, contract, policy);
+    // Nothing to count: no round trip. (§16: a spend budget is charged here too.)
+    if call.session.is_none() && !limits.rated() && call.charges.is_none() {
+        return Ok((None, false));
+    }
+    match shared.admit(call, &limits, None).await {
+        Ok(Admission::Admitted { overridden }) => Ok((overridden, false)),
+        Ok(Admission::Refused(reject)) => Err(Stopped::Denied(reject)),
+        // Nothing is claimed for an idempotent call.
+        Ok(Admission::Joined { .. }) => Ok((None, false)),
+        Err(_) => Ok((None, true)),
+    }
 }
 
 /// The client span of a request about to be sent; its context goes into its headers.
