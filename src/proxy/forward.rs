@@ -6,11 +6,14 @@
 //!                        └ lead → session limits → send once, detached, buffered → settled
 //! ```
 //!
-//! Session limits run here, after duplicate detection, so a duplicate never costs budget
-//! and a refused call never counts. How an at-most-once answer is read and kept is the
-//! front door's choice ([`Keep`]: the body whole for REST, the JSON-RPC answer for MCP),
-//! made by the backend; when and how often the backend is called is decided here only.
-//! It sends through the [`Backend`] seam, so a test can run it without sockets.
+//! Session limits (budget, loop detection) run here, after the decision and duplicate
+//! detection, so a duplicate never costs budget and a refused call never counts; under a
+//! shadow policy their refusal is recorded as the one overridden and the call runs.
+//!
+//! How an at-most-once answer is read and kept is the front door's choice ([`Keep`]: the
+//! body whole for REST, the JSON-RPC answer for MCP), made by the backend; when and how
+//! often the backend is called is decided here only. It sends through the [`Backend`]
+//! seam, so a test can run it without sockets.
 
 use http::Response;
 use hyper::body::Incoming;
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::limits::dedupe::{Flight, Ran, Settled};
 use crate::limits::once::{self, Clearance, Started};
-use crate::limits::Call;
+use crate::limits::{Call, Ledger};
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
@@ -29,7 +32,6 @@ use crate::proxy::backend::{Asked, Backend, Keep};
 use crate::proxy::call::Ground;
 use crate::proxy::conventions;
 use crate::proxy::outcome::Outcome;
-use crate::proxy::stage::session;
 use crate::state::admit::Claim;
 use crate::state::{self, admit::Admission, admit::Limits};
 use crate::telemetry::convention_metrics::{self, ErrorType};
@@ -341,7 +343,7 @@ async fn admit_lead<S>(
         return refused(reject, true);
     }
     let (Some(shared), Some(claim)) = (ground.shared, claim) else {
-        return match session::admit(ground.ledger, lead.call, lead.policy) {
+        return match admit_session(ground.ledger, lead.call, lead.policy) {
             Ok(overridden) => cleared(overridden, Clearance::Send),
             Err(reject) => refused(reject, true),
         };
@@ -419,7 +421,7 @@ async fn admit_idempotent<S>(
     call: &Call<'_>,
 ) -> Result<(Option<Reject>, bool), Stopped> {
     let Some(shared) = ground.shared else {
-        let shadowed = session::admit(ground.ledger, call, policy).map_err(Stopped::Denied)?;
+        let shadowed = admit_session(ground.ledger, call, policy).map_err(Stopped::Denied)?;
         return Ok((shadowed, false));
     };
     let limits = shared_limits(ground.limits, contract, policy);
@@ -433,6 +435,24 @@ async fn admit_idempotent<S>(
         // Nothing is claimed for an idempotent call.
         Ok(Admission::Joined { .. }) => Ok((None, false)),
         Err(_) => Ok((None, true)),
+    }
+}
+
+/// Counts the call against its agent's session (`limits::session`: `BUDGET_EXHAUSTED`,
+/// `LOOP_DETECTED`) in this sidecar's ledger, just before it runs. `Ok(Some(_))`: a
+/// refusal a shadow policy overrode (recorded as `shadow-deny`), the call runs anyway.
+fn admit_session(
+    ledger: &Ledger,
+    call: &Call<'_>,
+    policy: &Policy,
+) -> Result<Option<Reject>, Reject> {
+    match ledger.admit(call, policy.session.as_ref()) {
+        Ok(()) => Ok(None),
+        Err(reject) if policy.shadow => {
+            tracing::info!(tool = %call.tool, agent = %call.agent, code = %reject.code, "shadow policy would deny; forwarding");
+            Ok(Some(reject))
+        }
+        Err(reject) => Err(reject),
     }
 }
 
