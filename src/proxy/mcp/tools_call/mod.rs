@@ -3,9 +3,8 @@
 //! the backend gave is delivered as a JSON-RPC answer, refusals rendered here only.
 //!
 //! - [`proposal`]: message → `Proposal`, and the message the backend runs;
-//! - [`once`]: the JSON-RPC collector of an at-most-once call, and its shared answer;
 //! - [`live`]: an at-most-once lead's progress, relayed while the call runs;
-//! - [`result`]: the tool result shaped by its contract;
+//! - [`result`]: the tool result shaped by its contract, live or kept for duplicates;
 //! - [`follow_up`]: the record of a streamed call after its head went out;
 //! - [`tool_error`]: spotting `isError: true` in an answer streamed through unread.
 //!
@@ -22,7 +21,6 @@
 
 pub mod follow_up;
 pub mod live;
-pub mod once;
 pub mod proposal;
 pub mod result;
 pub mod tool_error;
@@ -93,7 +91,7 @@ pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
             snapshot,
             tool,
             settled,
-        }) => once::answer(&settled, snapshot.contract(tool), &id).map(|(_, answer)| answer),
+        }) => result::from_kept(&settled, snapshot.contract(tool), &id).map(|(_, answer)| answer),
         // Batch elements are not live (`split`): they are collected whole.
         Ok(Reply::Leading(_)) => Err(Refusal::of_call(Reject::new(
             Code::NotReady,
@@ -192,7 +190,7 @@ async fn forward_call(
         }
     };
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
-    // under its own (once::answer).
+    // under its own (result::from_kept).
     let answer_id = id.clone();
     let door = Door {
         rpc_id: Some(&id),
@@ -258,7 +256,7 @@ fn once_response(
     id: &Value,
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Refusal> {
-    once::answer(settled, contract, id).map(|(status, answer)| {
+    result::from_kept(settled, contract, id).map(|(status, answer)| {
         if is_tool_error(&answer) {
             outcome.tool_error();
         }
@@ -310,7 +308,9 @@ async fn lead(
         let contract = snapshot.contract(tool);
         let answered = match settled {
             None => Err(unsettled(timeout)),
-            Some(settled) => once::answer(&settled, contract, &answer_id).map_err(|r| r.reject),
+            Some(settled) => {
+                result::from_kept(&settled, contract, &answer_id).map_err(|r| r.reject)
+            }
         };
         match answered {
             Ok((_, message)) => {
