@@ -415,11 +415,25 @@ fn outcome(snapshot: &Snapshot, sidecar: &Sidecar, call: &CallSpec) -> String {
             body: Bytes::new(),
         }
     };
-    let door = Door {
-        rpc_id: None,
-        retry: false,
-        live: false,
-        keep: Keep::Body,
+    // What each front door asks of the forward path (`rest::handle`,
+    // `mcp::tools_call`; a batch element's, which is not live).
+    let rpc_id = json!(1);
+    let door = match &call.mcp {
+        None => Door {
+            rpc_id: None,
+            retry: true,
+            live: false,
+            keep: Keep::Body,
+        },
+        Some(_) => Door {
+            rpc_id: Some(&rpc_id),
+            retry: false,
+            live: false,
+            keep: Keep::Answer {
+                id: rpc_id.clone(),
+                tap: None,
+            },
+        },
     };
     let mut record = Outcome::new(
         CallSpan::detached(TRACE_ID.to_string()),
