@@ -164,31 +164,9 @@ async fn forward_call(
     // batch element is collected whole.
     let live = !contract.idempotent && !split;
     let deadline = tokio::time::Instant::now() + contract.timeout;
-    let (tap, relays) = match live {
-        true => {
-            let (tap, relays) = relay::channel(deadline);
-            (Some(tap), Some(relays))
-        }
-        false => (None, None),
-    };
+    let (tap, relays) = live.then(|| relay::channel(deadline)).unzip();
     let id = message.reply_id();
-    let request = |verdict: &Verdict<'_>| {
-        let body = proposal::with_defaults(message, verdict, original);
-        let out = Outbound {
-            method: Method::POST,
-            tool: Some(&verdict.contract.tool),
-            body,
-            split,
-            timeout: verdict.contract.timeout,
-        };
-        let (path_and_query, headers) = forward::outbound(ex, &out);
-        exchange::Exchange {
-            method: Method::POST,
-            path_and_query,
-            headers,
-            body: out.body,
-        }
-    };
+    let request = |verdict: &Verdict<'_>| backend_request(ex, message, original, verdict, split);
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
     // under its own (result::from_kept).
     let answer_id = id.clone();
@@ -203,6 +181,32 @@ async fn forward_call(
         .await
         .map_err(Refusal::of_call)?;
     reply(snapshot.clone(), tool, delivery.sent, relays, deadline)
+}
+
+/// The request the backend gets for a permitted call: the message as checked (its
+/// defaults filled), with the outbound headers (`mcp::forward`).
+fn backend_request(
+    ex: &Inbound<'_>,
+    message: &Message,
+    original: Bytes,
+    verdict: &Verdict<'_>,
+    split: bool,
+) -> exchange::Exchange {
+    let body = proposal::with_defaults(message, verdict, original);
+    let out = Outbound {
+        method: Method::POST,
+        tool: Some(&verdict.contract.tool),
+        body,
+        split,
+        timeout: verdict.contract.timeout,
+    };
+    let (path_and_query, headers) = forward::outbound(ex, &out);
+    exchange::Exchange {
+        method: Method::POST,
+        path_and_query,
+        headers,
+        body: out.body,
+    }
 }
 
 /// What the backend gave a call, as this front door delivers it.
