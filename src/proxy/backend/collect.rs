@@ -17,13 +17,12 @@ use tokio::time::Instant;
 use super::exchange::{Exchange, Received};
 use super::failure::status_settled;
 use super::relay::Tap;
+use super::sse::Parser;
 use super::upstream::Upstream;
 use super::{Asked, Failure};
 use crate::limits::dedupe::{Buffered, Settled};
 use crate::proxy::body::read_limited;
 use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
-use crate::proxy::mcp::jsonrpc::{answer_in, is_response};
-use crate::proxy::mcp::sse::Parser;
 
 /// What a response body is, by its content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,4 +267,50 @@ pub fn asks_for_input(message: &Value) -> bool {
         .pointer("/result/resultType")
         .and_then(Value::as_str)
         == Some("input_required")
+}
+
+/// Whether `value` is a response (a result or an error).
+pub fn is_response(value: &Value) -> bool {
+    value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some())
+}
+
+/// The response to the request with `id` among what answered it.
+///
+/// On the stream or body answering one request, SDK clients take *any* response as that
+/// request's answer, whatever its id: so must toolgate, or a response with a stray id
+/// would reach the agent unchecked. Only in a batch array does the id pick the answer.
+pub fn answer_in(value: Value, id: &Value) -> Option<Value> {
+    let mut found = match value {
+        Value::Array(items) => items
+            .into_iter()
+            .find(|m| is_response(m) && m.get("id") == Some(id)),
+        other => Some(other).filter(is_response),
+    }?;
+    if let Some(object) = found.as_object_mut() {
+        object.insert("id".into(), id.clone());
+    }
+    Some(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn any_response_answers_the_one_request_it_came_for() {
+        let id = json!(4);
+        let stray = json!({"jsonrpc": "2.0", "id": "4", "result": {}});
+        assert_eq!(
+            answer_in(stray, &id).unwrap()["id"],
+            4,
+            "the id is made the request's"
+        );
+        assert!(answer_in(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}), &id).is_none());
+        let batch = json!([{"jsonrpc": "2.0", "id": 3, "result": 1}, {"jsonrpc": "2.0", "id": 4, "result": 2}]);
+        assert_eq!(answer_in(batch, &id).unwrap()["result"], 2);
+        assert!(is_response(
+            &json!({"jsonrpc": "2.0", "id": null, "error": {}})
+        ));
+    }
 }

@@ -13,12 +13,17 @@
 //! - [`collect`]: an MCP backend's JSON-RPC answer, read whole or collected from an
 //!   event stream, and the outcome an at-most-once MCP call keeps;
 //! - [`relay`]: an at-most-once call's progress, relayed to its lead while it is
-//!   collected.
+//!   collected;
+//! - [`sse`]: the bounded parser of a backend's event stream.
+//!
+//! Nothing here imports a front door (`proxy::rest`, `proxy::mcp`): they call down into
+//! this module, and turn what it hands back into their answers.
 
 pub mod collect;
 pub mod exchange;
 pub mod failure;
 pub mod relay;
+pub mod sse;
 pub mod upstream;
 pub use exchange::{Backend, Keep};
 pub use failure::{status_reject, Asked, Failure};

@@ -14,8 +14,8 @@ use http_body_util::{BodyExt, StreamBody};
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::jsonrpc::{answer_in, is_response};
-use super::sse::{Event, Parser};
+use crate::proxy::backend::collect::{answer_in, is_response};
+use crate::proxy::backend::sse::{Event, Parser};
 use crate::proxy::backend::Failure;
 use crate::proxy::body::{Body, BoxError};
 

@@ -28,7 +28,6 @@ pub mod pending;
 pub mod reply;
 pub mod routing_headers;
 pub mod session;
-pub mod sse;
 pub mod tools_call;
 pub mod tools_list;
 
