@@ -21,12 +21,13 @@
 //!   `retry_after_ms=` and `details=[pointer keyword, …]` (`(root)` for the arguments
 //!   object itself) where the refusal has them.
 //!
-//! A call runs what the REST and MCP paths run: classify (or the tool's name), the
-//! governing core `proxy::govern::govern` (policy lookup, authorize, rate limit,
-//! validate, rules; a shadow policy's refusal recorded and the call forwarded), then
-//! `proxy::stage::session::admit` (budget, loop detection), as the forward path does just
-//! before sending. Nothing is forwarded, so duplicate suppression, which answers from an
-//! earlier call's result, is not part of these decisions. Objects that fail to build are
+//! A call runs what the REST and MCP paths run: classify (or the tool's name), then the
+//! one call sequence `proxy::call::run` — the governing core (policy lookup, authorize,
+//! rate limit, validate, rules; a shadow policy's refusal recorded and the call
+//! forwarded), then the forward path (an action's owner, duplicates, session budget and
+//! loop detection) — sending through a backend of this test's own that answers every
+//! call without a socket. An identical call that must run at most once joins the first
+//! within its contract's dedupe window, as in the sidecar. Objects that fail to build are
 //! left out of the snapshot the calls run against: what a sidecar fed from the cluster
 //! serves. A sidecar reading files refuses the whole change instead.
 //!
@@ -42,17 +43,27 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use toolgate::crd::parse_documents;
 use toolgate::identity::task::TaskTokens;
+use toolgate::limits::dedupe::{Buffered, Settled};
 use toolgate::limits::{Capacity, Clock, Ledger};
 use toolgate::policy::{BuildOptions, Snapshot};
-use toolgate::proxy::govern::{govern, Governor, Proposal};
+use toolgate::proxy::backend::exchange::{Exchange, Received};
+use toolgate::proxy::backend::upstream::Upstream;
+use toolgate::proxy::backend::{Backend, Failure, Keep};
+use toolgate::proxy::call::{self, Door, Ground};
+use toolgate::proxy::forward::Sent;
+use toolgate::proxy::govern::{Governor, Proposal};
+use toolgate::proxy::outcome::Outcome;
 use toolgate::proxy::rest::classify::classify;
-use toolgate::proxy::stage::session;
+use toolgate::telemetry::metrics::Metrics;
+use toolgate::telemetry::spans::{CallSpan, Tracing};
 use toolgate::vocab::args::Args;
 use toolgate::vocab::{Agent, Code, Reject};
 
@@ -64,6 +75,7 @@ const CASE_FILES: [&str; 4] = [
     "expected.txt",
 ];
 const ORCHESTRATOR: &str = "orchestrator";
+const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 const ORCHESTRATOR_KEY: &[u8] = include_bytes!("../examples/keys/orchestrator-demo.pem");
 
 /// One entry of `calls.yaml`.
@@ -212,8 +224,102 @@ fn task_tokens() -> TaskTokens {
     .expect("the demo orchestrator's keys")
 }
 
+/// The backend the calls are sent to: it answers every call `200 {}` without a
+/// socket, and counts what it was sent, so a decision to forward is seen to forward.
+struct Unsent {
+    /// Only named in client spans, never connected to.
+    upstream: Upstream,
+    sent: Arc<AtomicUsize>,
+}
+
+impl Backend for Unsent {
+    type Body = ();
+
+    fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    async fn send(&self, _: Exchange, _: Duration, _: bool) -> Result<http::Response<()>, Failure> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        Ok(http::Response::new(()))
+    }
+
+    fn buffer(
+        &self,
+        _: Exchange,
+        _: Keep,
+        _: Duration,
+        _: usize,
+    ) -> impl Future<Output = Received> + Send + 'static {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Received {
+            settled: Settled::Answered(Buffered {
+                status: http::StatusCode::OK,
+                headers: HeaderMap::new(),
+                body: Bytes::from_static(b"{}"),
+                interim: false,
+            }),
+            status: Some(200),
+        })
+    }
+}
+
+/// What a case's calls run against besides the snapshot: one ledger on a fake clock,
+/// the demo orchestrator's task tokens, the backend, and the runtime the forward path
+/// spawns its at-most-once sends on.
+struct Sidecar {
+    ledger: Ledger,
+    tasks: TaskTokens,
+    backend: Unsent,
+    metrics: Arc<Metrics>,
+    tracing: Tracing,
+    limits: toolgate::config::Limits,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Sidecar {
+    fn new() -> Sidecar {
+        let limits = toolgate::config::Limits::default();
+        Sidecar {
+            ledger: Ledger::new(Capacity::from_settings(&limits), Clock::fake()),
+            tasks: task_tokens(),
+            backend: Unsent {
+                upstream: Upstream::new("http://backend.invalid:8080").unwrap(),
+                sent: Arc::default(),
+            },
+            metrics: Arc::new(Metrics::new()),
+            tracing: Tracing::disabled(),
+            limits,
+            runtime: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// The one sequence's view of this sidecar, as `Gate::ground` gives the real one's.
+    fn ground(&self) -> Ground<'_, Unsent> {
+        Ground {
+            governor: Governor {
+                ledger: &self.ledger,
+                shared: None,
+                tasks: Some(&self.tasks),
+                audit_refuses: false,
+                approvals: None,
+            },
+            ledger: &self.ledger,
+            shared: None,
+            metrics: &self.metrics,
+            tracing: &self.tracing,
+            limits: &self.limits,
+            backend: &self.backend,
+        }
+    }
+}
+
 /// The outcome of one call, as the sidecar would decide it.
-fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &CallSpec) -> String {
+fn outcome(snapshot: &Snapshot, sidecar: &Sidecar, call: &CallSpec) -> String {
+    let ledger = &sidecar.ledger;
     assert!(
         ledger
             .clock()
@@ -282,16 +388,6 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         _ => panic!("a call is either `rest` or `mcp`: {call:?}"),
     };
 
-    // The sidecar's governing core (policy lookup, authorize, rate limit, validate,
-    // rules, shadow), then the session admission the forward path runs just before
-    // sending.
-    let governor = Governor {
-        ledger,
-        shared: None,
-        tasks: Some(tasks),
-        audit_refuses: false,
-        approvals: None,
-    };
     let proposal = Proposal {
         tool,
         args,
@@ -302,36 +398,77 @@ fn outcome(snapshot: &Snapshot, ledger: &Ledger, tasks: &TaskTokens, call: &Call
         path: &path,
         headers: &headers,
         session: call.session.as_deref(),
-        trace_id: "0af7651916cd43dd8448eb211c80319c",
+        trace_id: TRACE_ID,
     };
-    // With the in-memory state nothing in the core waits: run it in place.
-    let mut captured = Default::default();
-    let verdict =
-        match futures_executor::block_on(govern(&governor, snapshot, proposal, &mut captured)) {
-            Ok(verdict) => verdict,
-            Err(reject) => return deny(&reject),
-        };
-    let forwards = compact(verdict.args.value());
-    let line = match &verdict.shadowed {
+    // What the verdict forwards, seen where the sidecar builds the backend's request.
+    let mut decided = None;
+    let request = |verdict: &toolgate::proxy::govern::Verdict<'_>| {
+        decided = Some((
+            compact(verdict.args.value()),
+            verdict.args.filled,
+            verdict.shadowed.clone(),
+        ));
+        Exchange {
+            method: Method::from_bytes(method.as_bytes()).unwrap(),
+            path_and_query: path.clone(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        }
+    };
+    // What each front door asks of the forward path (`rest::handle`,
+    // `mcp::tools_call`; a batch element's, which is not live).
+    let rpc_id = json!(1);
+    let door = match &call.mcp {
+        None => Door {
+            rpc_id: None,
+            retry: true,
+            live: false,
+            keep: Keep::Body,
+        },
+        Some(_) => Door {
+            rpc_id: Some(&rpc_id),
+            retry: false,
+            live: false,
+            keep: Keep::Answer {
+                id: rpc_id.clone(),
+                tap: None,
+            },
+        },
+    };
+    let mut record = Outcome::new(
+        CallSpan::detached(TRACE_ID.to_string()),
+        Instant::now(),
+        None,
+    );
+    let sends = sidecar.backend.sent.load(Ordering::SeqCst);
+    let ground = sidecar.ground();
+    let run = call::run(&ground, snapshot, proposal, request, door, &mut record);
+    let delivery = match sidecar.runtime.block_on(run) {
+        Ok(delivery) => delivery,
+        Err(reject) => return deny(&reject),
+    };
+    let sent = sidecar.backend.sent.load(Ordering::SeqCst) - sends;
+    let replayed = matches!(delivery.sent, Sent::Settled { replayed: true, .. });
+    assert_eq!(
+        sent,
+        usize::from(!replayed),
+        "a call let through is sent once, unless it joined an identical one"
+    );
+    let (forwards, filled, shadowed) = decided.expect("a call let through was governed");
+    let line = match &shadowed {
         None => {
-            let filled = if verdict.args.filled {
-                " (defaults filled)"
-            } else {
-                ""
-            };
+            let filled = if filled { " (defaults filled)" } else { "" };
             format!("allow {forwards}{filled}")
         }
         Some(reject) => format!("shadow-deny {} -> forwards {forwards}", reasons(reject)),
     };
-    // The call's one identity, as the forward path keys on it.
-    match session::admit(ledger, &verdict.call(), verdict.policy) {
-        Ok(None) => line,
-        // The first would-be refusal is the one recorded (`Outcome::shadowed`).
-        Ok(Some(reject)) if verdict.shadowed.is_none() => {
+    // A session limit a shadow policy overrode; the first would-be refusal is the one
+    // recorded (`Outcome::shadowed`).
+    match delivery.shadowed {
+        Some(reject) if shadowed.is_none() => {
             format!("shadow-deny {} -> forwards {forwards}", reasons(&reject))
         }
-        Ok(Some(_)) => line,
-        Err(reject) => deny(&reject),
+        _ => line,
     }
 }
 
@@ -364,14 +501,10 @@ fn render(case: &Path) -> String {
         writeln!(out, "  unserved {unserved}").unwrap();
     }
     out.push_str("calls:\n");
-    let ledger = Ledger::new(
-        Capacity::from_settings(&toolgate::config::Limits::default()),
-        Clock::fake(),
-    );
-    let tasks = task_tokens();
+    let sidecar = Sidecar::new();
     for (i, call) in calls.iter().enumerate() {
         writeln!(out, "  #{} {}", i + 1, describe(call)).unwrap();
-        writeln!(out, "     {}", outcome(&snapshot, &ledger, &tasks, call)).unwrap();
+        writeln!(out, "     {}", outcome(&snapshot, &sidecar, call)).unwrap();
     }
     out
 }

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Value};
 
+use crate::proxy::backend::collect;
 use crate::proxy::mcp::jsonrpc::{self, Kind, Message, MAX_BATCH};
 
 /// A POST body as the MCP endpoint receives it.
@@ -57,8 +58,8 @@ fn check_message(message: &Message) {
 /// Whatever answer is picked out of a body is a response carrying the asked-for id.
 fn answer_each(value: Value) {
     let id = json!(1);
-    if let Some(found) = jsonrpc::answer_in(value, &id) {
-        assert!(jsonrpc::is_response(&found), "{found}");
+    if let Some(found) = collect::answer_in(value, &id) {
+        assert!(collect::is_response(&found), "{found}");
         assert_eq!(found.get("id"), Some(&id));
     }
 }

@@ -8,9 +8,9 @@ use http_body_util::{BodyExt, StreamBody};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 
+use crate::proxy::backend::sse::Parser;
 use crate::proxy::backend::Failure;
 use crate::proxy::mcp::answer::{self, Rewrite};
-use crate::proxy::mcp::sse::Parser;
 
 /// `Reemitted` answers: what the re-emitter puts in place of the upstream's response and
 /// of a response that never came.

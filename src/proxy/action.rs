@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::limits::actions::{self, Actions, Claimed, Owner};
 use crate::limits::Call;
-use crate::proxy::gate::Gate;
+use crate::proxy::call::Ground;
 use crate::state::{self, Shared};
 use crate::vocab::Reject;
 
@@ -26,8 +26,8 @@ pub struct Ownership {
 
 /// Claims the call's action, if its contract names one. `Ok(Some(_))`: this call is the
 /// action's first; `Ok(None)`: no action, or a duplicate from the same caller.
-pub async fn claim(
-    gate: &Gate,
+pub async fn claim<S>(
+    ground: &Ground<'_, S>,
     call: &Call<'_>,
     trace_id: &str,
     window: Duration,
@@ -40,12 +40,12 @@ pub async fn claim(
         session: call.session.map(str::to_string),
         trace_id: trace_id.to_string(),
     };
-    let claimed = match &gate.shared {
+    let claimed = match ground.shared {
         Some(shared) => shared
             .claim_action(call.tool, action, &owner, window)
             .await
             .map_err(|e| state::unavailable(&e))?,
-        None => gate
+        None => ground
             .ledger
             .actions()
             .claim(call.tool, action, &owner, window),
@@ -55,8 +55,8 @@ pub async fn claim(
             tool: call.tool.to_string(),
             action: action.to_string(),
             owner,
-            shared: gate.shared.clone(),
-            actions: gate.ledger.actions().clone(),
+            shared: ground.shared.cloned(),
+            actions: ground.ledger.actions().clone(),
         })),
         Claimed::Again => Ok(None),
         Claimed::Taken(first) => Err(actions::duplicate(call.tool, &first)),

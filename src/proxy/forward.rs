@@ -6,31 +6,32 @@
 //!                        └ lead → session limits → send once, detached, buffered → settled
 //! ```
 //!
-//! Session limits run here, after duplicate detection, so a duplicate never costs budget
-//! and a refused call never counts. How an at-most-once answer is read and kept is the
-//! caller's (`exchange::send_buffered` for REST, the JSON-RPC collector for MCP); when
-//! and how often the backend is called is decided here only.
+//! Session limits (budget, loop detection) run here, after the decision and duplicate
+//! detection, so a duplicate never costs budget and a refused call never counts; under a
+//! shadow policy their refusal is recorded as the one overridden and the call runs.
+//!
+//! How an at-most-once answer is read and kept is the front door's choice ([`Keep`]: the
+//! body whole for REST, the JSON-RPC answer for MCP), made by the backend; when and how
+//! often the backend is called is decided here only. It sends through the [`Backend`]
+//! seam, so a test can run it without sockets.
 
 use http::Response;
 use hyper::body::Incoming;
 use std::borrow::Cow;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::limits::dedupe::{Flight, Ran, Settled};
 use crate::limits::once::{self, Clearance, Started};
-use crate::limits::Call;
+use crate::limits::{Call, Ledger};
 use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
-use crate::proxy::backend::exchange::{send_retrying, Exchange, Received};
-use crate::proxy::backend::upstream::Upstream;
-use crate::proxy::backend::Asked;
+use crate::proxy::backend::exchange::{Exchange, Received};
+use crate::proxy::backend::{Asked, Backend, Keep};
+use crate::proxy::call::Ground;
 use crate::proxy::conventions;
-use crate::proxy::gate::Gate;
 use crate::proxy::outcome::Outcome;
-use crate::proxy::stage::session;
 use crate::state::admit::Claim;
 use crate::state::{self, admit::Admission, admit::Limits};
 use crate::telemetry::convention_metrics::{self, ErrorType};
@@ -66,11 +67,11 @@ pub struct Plan<'a> {
     pub live: bool,
 }
 
-/// What the backend gave.
-pub enum Sent {
+/// What the backend gave; `B`: the body of a live response (hyper's for the sidecar).
+pub enum Sent<B = Incoming> {
     /// An idempotent call's response, live (the body not read yet).
     Live {
-        response: Response<Incoming>,
+        response: Response<B>,
         sent: Instant,
     },
     /// An at-most-once call this request leads, sent and still running (`Plan::live`):
@@ -84,15 +85,15 @@ pub enum Sent {
     },
 }
 
-pub struct Forwarded {
-    pub sent: Sent,
+pub struct Forwarded<B> {
+    pub sent: Sent<B>,
     /// The session limit a shadow policy overrode, if one would have refused the call.
     pub shadowed: Option<Reject>,
     /// The shared state couldn't be asked: the call's limits were not applied.
     pub state_failed_open: bool,
 }
 
-impl Forwarded {
+impl<B> Forwarded<B> {
     /// Notes in the call's outcome what the forward path found besides the answer.
     pub fn note(&self, outcome: &mut Outcome) {
         if let Some(reject) = &self.shadowed {
@@ -113,36 +114,31 @@ pub enum Stopped {
     Failed(Reject),
 }
 
-/// Sends the call: idempotent ones live, others at most once. `buffer` reads an
-/// at-most-once answer whole, given the upstream, the request, how long it may take and
-/// how many bytes it may keep.
-pub async fn forward<B, F>(gate: &Gate, plan: Plan<'_>, buffer: B) -> Result<Forwarded, Stopped>
-where
-    B: FnOnce(Upstream, Exchange, Duration, usize) -> F,
-    F: Future<Output = Received> + Send + 'static,
-{
-    let backend = Backend {
+/// Sends the call: idempotent ones live, others at most once, their answer read and
+/// kept as `keep` says.
+pub async fn forward<S: Backend>(
+    ground: &Ground<'_, S>,
+    plan: Plan<'_>,
+    keep: Keep,
+) -> Result<Forwarded<S::Body>, Stopped> {
+    let backend = Client {
         mcp: plan.mcp,
         method: conventions::static_method(&plan.exchange.method),
     };
     if plan.contract.idempotent {
-        return forward_idempotent(gate, plan, backend).await;
+        return forward_idempotent(ground, plan, backend).await;
     }
-    forward_once(gate, plan, buffer, backend).await
+    forward_once(ground, plan, keep, backend).await
 }
 
 /// A call that is not idempotent: claimed against its duplicates, its lead admitted
 /// and sent once, detached; every claimant gets the one settled outcome.
-async fn forward_once<B, F>(
-    gate: &Gate,
+async fn forward_once<S: Backend>(
+    ground: &Ground<'_, S>,
     plan: Plan<'_>,
-    buffer: B,
-    backend: Backend,
-) -> Result<Forwarded, Stopped>
-where
-    B: FnOnce(Upstream, Exchange, Duration, usize) -> F,
-    F: Future<Output = Received> + Send + 'static,
-{
+    keep: Keep,
+    backend: Client,
+) -> Result<Forwarded<S::Body>, Stopped> {
     let Plan {
         contract,
         policy,
@@ -155,34 +151,130 @@ where
         live,
         ..
     } = plan;
-    let state_failed_open = false;
     // At most once. The send runs detached, bounded by the dedupe window, so a duplicate
     // can still get its answer after this request stops waiting.
     let window = contract.dedupe_window.max(contract.timeout);
     // One action (`dedupeKey`), one caller: checked before anything is claimed or counted.
-    let ownership = action::claim(gate, call, parent.trace_id(), contract.dedupe_window)
+    let ownership = action::claim(ground, call, parent.trace_id(), contract.dedupe_window)
         .await
         .map_err(Stopped::Denied)?;
     // Taken by the send; left here if the call never gets that far.
     let ownership = Mutex::new(ownership);
     // With shared state, the claim every replica sees; the local table still goes first,
     // so this pod's duplicates join here and only a local lead asks Redis.
-    let claim = gate.shared.as_ref().map(|shared| shared.claim_for(call));
+    let claim = ground.shared.map(|shared| shared.claim_for(call));
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
-        let span = start_client(gate, parent, contract, &mut exchange, mcp.then_some(rpc_id));
+        let span = start_client(
+            ground,
+            parent,
+            contract,
+            &mut exchange,
+            mcp.then_some(rpc_id),
+        );
+        let max = ground.limits.max_response_bytes;
         // Boxed: the buffering future is kilobytes (the client exchange and the answer's
-        // collection), and this block is moved whole into the task `once::start` spawns.
-        let buffered = Box::pin(buffer(
-            gate.upstream.clone(),
-            exchange,
-            window,
-            gate.limits.max_response_bytes,
-        ));
-        let metrics = gate.metrics.clone();
-        let tool = contract.tool.clone();
-        let shared = gate.shared.clone().zip(claim.clone());
-        let ownership = ownership.lock().ok().and_then(|mut o| o.take());
+        // collection), and the send is moved whole into the task `once::start` spawns.
+        let buffered = Box::pin(ground.backend.buffer(exchange, keep, window, max));
+        let sent = Sending {
+            span,
+            backend,
+            claim: claim.clone(),
+            ownership: ownership.lock().ok().and_then(|mut o| o.take()),
+        };
+        sent.finish(ground, &contract.tool, buffered)
+    };
+    let mut shadowed = None;
+    let mut denied = false;
+    let (shadowed_at, denied_at, claim_at) = (&mut shadowed, &mut denied, &claim);
+    let plan_of_lead = Lead {
+        contract,
+        policy,
+        call,
+        joins_only,
+    };
+    let admit = move || {
+        let (shadowed, denied, claim) = (shadowed_at, denied_at, claim_at);
+        async move {
+            let lead = admit_lead(ground, &plan_of_lead, claim.as_ref(), window).await;
+            *shadowed = lead.shadowed;
+            *denied = lead.denied;
+            lead.cleared
+        }
+    };
+    let dedupe = ground.ledger.dedupe();
+    let started = once::start(dedupe, call, contract.dedupe_window, admit, send).await;
+    if started.is_err() {
+        if let Some(ownership) = ownership.lock().ok().and_then(|mut o| o.take()) {
+            ownership.release();
+        }
+    }
+    delivered(started, live, contract.timeout, shadowed, denied).await
+}
+
+/// What the at-most-once call this request `started` came to for it: a live lead back
+/// at once, else the settled outcome (its own or the call it joined) within `timeout`.
+/// `shadowed` and `denied` are what the lead's admission found: a refusal is the gate's
+/// (`deny`) when the admission refused.
+async fn delivered<B>(
+    started: Result<Started, Reject>,
+    live: bool,
+    timeout: Duration,
+    shadowed: Option<Reject>,
+    denied: bool,
+) -> Result<Forwarded<B>, Stopped> {
+    let state_failed_open = false;
+    let delivered = match started {
+        Ok(Started::Led(flight)) if live => {
+            return Ok(Forwarded {
+                sent: Sent::Leading { flight },
+                shadowed,
+                state_failed_open,
+            })
+        }
+        Ok(started) => started.wait(timeout).await,
+        Err(reject) => Err(reject),
+    };
+    match delivered {
+        Ok(delivered) => Ok(Forwarded {
+            sent: Sent::Settled {
+                settled: delivered.settled,
+                replayed: delivered.replayed,
+            },
+            shadowed,
+            state_failed_open,
+        }),
+        Err(reject) if denied => Err(Stopped::Denied(reject)),
+        Err(reject) => Err(Stopped::Failed(reject)),
+    }
+}
+
+/// The one real send of an at-most-once call, once its request is on its way: the
+/// client span to end, the claim other replicas see, the action to give back.
+struct Sending {
+    span: ClientSpan,
+    backend: Client,
+    claim: Option<Claim>,
+    ownership: Option<action::Ownership>,
+}
+
+impl Sending {
+    /// Waits for the backend's kept answer, then ends the client span and counts it,
+    /// stores the outcome for other replicas' duplicates and gives the action back if
+    /// the call certainly did not run. Borrows nothing: it runs detached.
+    fn finish<F>(
+        self,
+        ground: &Ground<'_, impl Backend>,
+        tool: &str,
+        buffered: std::pin::Pin<Box<F>>,
+    ) -> impl std::future::Future<Output = Settled> + Send + 'static
+    where
+        F: std::future::Future<Output = Received> + Send + 'static,
+    {
+        let metrics = ground.metrics.clone();
+        let tool = tool.to_string();
+        let shared = ground.shared.cloned().zip(self.claim);
+        let (span, backend, ownership) = (self.span, self.backend, self.ownership);
         async move {
             let sent = Instant::now();
             let Received { settled, status } = buffered.await;
@@ -202,60 +294,6 @@ where
             }
             settled
         }
-    };
-    let mut shadowed = None;
-    let mut denied = false;
-    let (shadowed_at, denied_at, claim_at) = (&mut shadowed, &mut denied, &claim);
-    let plan_of_lead = Lead {
-        contract,
-        policy,
-        call,
-        joins_only,
-    };
-    let admit = move || {
-        let (shadowed, denied, claim) = (shadowed_at, denied_at, claim_at);
-        async move {
-            let lead = admit_lead(gate, &plan_of_lead, claim.as_ref(), window).await;
-            *shadowed = lead.shadowed;
-            *denied = lead.denied;
-            lead.cleared
-        }
-    };
-    let started = once::start(
-        gate.ledger.dedupe(),
-        call,
-        contract.dedupe_window,
-        admit,
-        send,
-    )
-    .await;
-    if started.is_err() {
-        if let Some(ownership) = ownership.lock().ok().and_then(|mut o| o.take()) {
-            ownership.release();
-        }
-    }
-    let delivered = match started {
-        Ok(Started::Led(flight)) if live => {
-            return Ok(Forwarded {
-                sent: Sent::Leading { flight },
-                shadowed,
-                state_failed_open,
-            })
-        }
-        Ok(started) => started.wait(contract.timeout).await,
-        Err(reject) => Err(reject),
-    };
-    match delivered {
-        Ok(delivered) => Ok(Forwarded {
-            sent: Sent::Settled {
-                settled: delivered.settled,
-                replayed: delivered.replayed,
-            },
-            shadowed,
-            state_failed_open,
-        }),
-        Err(reject) if denied => Err(Stopped::Denied(reject)),
-        Err(reject) => Err(Stopped::Failed(reject)),
     }
 }
 
@@ -278,8 +316,8 @@ struct Admitted {
 
 /// Admits the lead of an at-most-once call: its session and rate limits, in memory or
 /// with its shared claim (`claim`) in one round trip.
-async fn admit_lead(
-    gate: &Gate,
+async fn admit_lead<S>(
+    ground: &Ground<'_, S>,
     lead: &Lead<'_>,
     claim: Option<&Claim>,
     window: Duration,
@@ -304,13 +342,13 @@ async fn admit_lead(
         );
         return refused(reject, true);
     }
-    let (Some(shared), Some(claim)) = (&gate.shared, claim) else {
-        return match session::admit(&gate.ledger, lead.call, lead.policy) {
+    let (Some(shared), Some(claim)) = (ground.shared, claim) else {
+        return match admit_session(ground.ledger, lead.call, lead.policy) {
             Ok(overridden) => cleared(overridden, Clearance::Send),
             Err(reject) => refused(reject, true),
         };
     };
-    let limits = shared_limits(gate, lead.contract, lead.policy);
+    let limits = shared_limits(ground.limits, lead.contract, lead.policy);
     match shared
         .admit(lead.call, &limits, Some((claim, window)))
         .await
@@ -333,11 +371,11 @@ async fn admit_lead(
 
 /// An idempotent call: admitted to its session and rate limits, then sent (retried where
 /// the plan allows), its response handed back live.
-async fn forward_idempotent(
-    gate: &Gate,
+async fn forward_idempotent<S: Backend>(
+    ground: &Ground<'_, S>,
     plan: Plan<'_>,
-    backend: Backend,
-) -> Result<Forwarded, Stopped> {
+    backend: Client,
+) -> Result<Forwarded<S::Body>, Stopped> {
     let Plan {
         contract,
         policy,
@@ -349,45 +387,22 @@ async fn forward_idempotent(
         retry,
         ..
     } = plan;
-    let mut state_failed_open = false;
-    let shared = gate
-        .shared
-        .as_ref()
-        .map(|shared| (shared, shared_limits(gate, contract, policy)));
-    let shadowed = match shared {
-        None => session::admit(&gate.ledger, call, policy).map_err(Stopped::Denied)?,
-        // Nothing to count: no round trip. (§16: a spend budget is charged here too.)
-        Some((_, limits))
-            if call.session.is_none() && !limits.rated() && call.charges.is_none() =>
-        {
-            None
-        }
-        Some((shared, limits)) => {
-            match shared.admit(call, &limits, None).await {
-                Ok(Admission::Admitted { overridden }) => overridden,
-                Ok(Admission::Refused(reject)) => return Err(Stopped::Denied(reject)),
-                // Nothing is claimed for an idempotent call.
-                Ok(Admission::Joined { .. }) => None,
-                Err(_) => {
-                    state_failed_open = true;
-                    None
-                }
-            }
-        }
-    };
-    let span = start_client(gate, parent, contract, &mut exchange, mcp.then_some(rpc_id));
+    let (shadowed, state_failed_open) = admit_idempotent(ground, contract, policy, call).await?;
+    let span = start_client(
+        ground,
+        parent,
+        contract,
+        &mut exchange,
+        mcp.then_some(rpc_id),
+    );
     let sent = Instant::now();
-    let response = if retry {
-        send_retrying(&gate.upstream, &exchange, contract.timeout).await
-    } else {
-        exchange.send_once(&gate.upstream, contract.timeout).await
-    };
+    let response = ground.backend.send(exchange, contract.timeout, retry).await;
     let response = response.map_err(|f| f.reject(Asked::call(true, contract.timeout)));
     let (status, failure) = match &response {
         Ok(response) => (Some(response.status().as_u16()), None),
         Err(reject) => (None, Some(reject.code.as_str())),
     };
-    backend.finish(span, &gate.metrics, &contract.tool, status, failure, sent);
+    backend.finish(span, ground.metrics, &contract.tool, status, failure, sent);
     let response = response.map_err(Stopped::Failed)?;
     Ok(Forwarded {
         sent: Sent::Live { response, sent },
@@ -396,10 +411,55 @@ async fn forward_idempotent(
     })
 }
 
+/// Admits an idempotent call to its session and rate limits, in memory or in the shared
+/// state (which fails open for limits). `Ok`: the limit a shadow policy overrode, and
+/// whether the shared state failed open.
+async fn admit_idempotent<S>(
+    ground: &Ground<'_, S>,
+    contract: &Contract,
+    policy: &Policy,
+    call: &Call<'_>,
+) -> Result<(Option<Reject>, bool), Stopped> {
+    let Some(shared) = ground.shared else {
+        let shadowed = admit_session(ground.ledger, call, policy).map_err(Stopped::Denied)?;
+        return Ok((shadowed, false));
+    };
+    let limits = shared_limits(ground.limits, contract, policy);
+    // Nothing to count: no round trip. (§16: a spend budget is charged here too.)
+    if call.session.is_none() && !limits.rated() && call.charges.is_none() {
+        return Ok((None, false));
+    }
+    match shared.admit(call, &limits, None).await {
+        Ok(Admission::Admitted { overridden }) => Ok((overridden, false)),
+        Ok(Admission::Refused(reject)) => Err(Stopped::Denied(reject)),
+        // Nothing is claimed for an idempotent call.
+        Ok(Admission::Joined { .. }) => Ok((None, false)),
+        Err(_) => Ok((None, true)),
+    }
+}
+
+/// Counts the call against its agent's session (`limits::session`: `BUDGET_EXHAUSTED`,
+/// `LOOP_DETECTED`) in this sidecar's ledger, just before it runs. `Ok(Some(_))`: a
+/// refusal a shadow policy overrode (recorded as `shadow-deny`), the call runs anyway.
+fn admit_session(
+    ledger: &Ledger,
+    call: &Call<'_>,
+    policy: &Policy,
+) -> Result<Option<Reject>, Reject> {
+    match ledger.admit(call, policy.session.as_ref()) {
+        Ok(()) => Ok(None),
+        Err(reject) if policy.shadow => {
+            tracing::info!(tool = %call.tool, agent = %call.agent, code = %reject.code, "shadow policy would deny; forwarding");
+            Ok(Some(reject))
+        }
+        Err(reject) => Err(reject),
+    }
+}
+
 /// The client span of a request about to be sent; its context goes into its headers.
 /// `mcp`: an MCP `tools/call`, with its JSON-RPC id.
-fn start_client(
-    gate: &Gate,
+fn start_client<S: Backend>(
+    ground: &Ground<'_, S>,
     parent: &CallSpan,
     contract: &Contract,
     exchange: &mut Exchange,
@@ -425,9 +485,9 @@ fn start_client(
             mcp_tool: mcp.then_some(contract.tool.as_str()),
             rpc_id,
         }
-        .span(&gate.upstream)
+        .span(ground.backend.upstream())
     };
-    gate.tracing.start_client(parent, describe, headers)
+    ground.tracing.start_client(parent, describe, headers)
 }
 
 /// A backend request's `error.type` as the HTTP conventions give a client's: the status of
@@ -444,12 +504,12 @@ fn client_error_type(status: Option<u16>, failure: Option<&'static str>) -> Erro
 
 /// What a backend request is, for its client span and the conventions' client metric.
 #[derive(Clone, Copy)]
-struct Backend {
+struct Client {
     mcp: bool,
     method: &'static str,
 }
 
-impl Backend {
+impl Client {
     /// A request sent for `tool` at `sent` came to this: answered with `status` (if it
     /// was), failed with the code `failure` (if it did). Ends its span and counts it.
     fn finish(
@@ -477,7 +537,11 @@ impl Backend {
 
 /// What the shared state checks for a call under `policy`: the same quotas and session
 /// limits the in-memory ledger would.
-fn shared_limits<'a>(gate: &'a Gate, contract: &Contract, policy: &'a Policy) -> Limits<'a> {
+fn shared_limits<'a>(
+    settings: &crate::config::Limits,
+    contract: &Contract,
+    policy: &'a Policy,
+) -> Limits<'a> {
     Limits {
         agent_quota: policy.rate_limit.as_ref(),
         tool_quota: policy
@@ -486,6 +550,6 @@ fn shared_limits<'a>(gate: &'a Gate, contract: &Contract, policy: &'a Policy) ->
             .and_then(|grant| grant.rate_limit.as_ref()),
         session: policy.session.as_ref(),
         shadow: policy.shadow,
-        session_idle: Duration::from_secs(gate.limits.session_idle_seconds.max(1)),
+        session_idle: Duration::from_secs(settings.session_idle_seconds.max(1)),
     }
 }

@@ -179,27 +179,7 @@ pub async fn govern<'s>(
     // The arguments as proposed, kept only for what may need them after `decide` has
     // taken them: the record of a refusal, or a shadow policy forwarding it unvalidated.
     let raw_args = (policy.shadow || contract.capture_arguments).then(|| proposal.args.clone());
-    let mut state_failed_open = false;
-    let tallies = match governor.shared {
-        None => Tallies::Local(governor.ledger),
-        Some(shared) => {
-            let reads_session = policy
-                .grants
-                .get(contract.tool.as_str())
-                .is_some_and(|g| g.reads.session && !g.rules.is_empty());
-            let session_calls = match proposal.session.filter(|_| reads_session) {
-                Some(session) => match shared.session_calls(&proposal.agent.id, session).await {
-                    Ok(calls) => calls,
-                    Err(_) => {
-                        state_failed_open = true;
-                        0
-                    }
-                },
-                None => 0,
-            };
-            Tallies::Shared { session_calls }
-        }
-    };
+    let (tallies, state_failed_open) = tallies(governor, policy, contract, &proposal).await;
     let decided = decide(
         tallies,
         policy,
@@ -233,29 +213,13 @@ pub async fn govern<'s>(
         task: &task,
     };
     let seeds = seeds::decide(governor, policy, contract, asked, args.args()).await?;
-    let action = match &contract.dedupe_key {
-        Some(key) => match key.evaluate(args.value(), || proposal.agent.cel_value()) {
-            Ok(action) => Some(action),
-            Err(_) if policy.shadow => {
-                tracing::info!(tool = %contract.tool, agent = %proposal.agent.id, "shadow policy would deny (dedupeKey); forwarding without it");
-                None
-            }
-            Err(reject) => return Err(reject),
-        },
-        None => None,
-    };
+    let action = action(contract, policy, proposal.agent, args.args())?;
     if governor.audit_refuses {
         return Err(Reject::new(
             Code::AuditUnavailable,
             "the audit log can't be written, so no call may run",
         ));
     }
-    // The second gate, last: only a call that passed everything else waits for a person.
-    let spec = policy
-        .grants
-        .get(contract.tool.as_str())
-        .and_then(|g| g.approval.as_ref())
-        .filter(|_| needs_approval);
     let mut verdict = Verdict {
         contract,
         policy,
@@ -275,18 +239,81 @@ pub async fn govern<'s>(
         charges: None,
     };
     seeds.apply(&mut verdict);
-    if let Some(spec) = spec {
-        match approve(governor, &verdict, spec, proposal.trace_id).await? {
-            Approved::Used(approval) => verdict.approval = Some(approval),
-            // A shadow policy forwards whatever happens; it holds nothing to joining.
-            Approved::JoinsOnly => verdict.joins_only = !policy.shadow,
-            Approved::Shadowed(reject) => {
-                verdict.decision = Decision::ShadowDeny;
-                verdict.shadowed = Some(reject);
-            }
-        }
+    // The second gate, last: only a call that passed everything else waits for a person.
+    if needs_approval {
+        hold(governor, &mut verdict, proposal.trace_id).await?;
     }
     Ok(verdict)
+}
+
+/// The approval step of a call whose grant asks for one (`approval`): used, joined, or
+/// (a shadow policy) overridden; `Err`: the call waits for a person, or was refused.
+async fn hold(
+    governor: &Governor<'_>,
+    verdict: &mut Verdict<'_>,
+    trace_id: &str,
+) -> Result<(), Reject> {
+    let (policy, tool) = (verdict.policy, verdict.contract.tool.as_str());
+    let Some(spec) = policy.grants.get(tool).and_then(|g| g.approval.as_ref()) else {
+        return Ok(());
+    };
+    match approve(governor, verdict, spec, trace_id).await? {
+        Approved::Used(approval) => verdict.approval = Some(approval),
+        // A shadow policy forwards whatever happens; it holds nothing to joining.
+        Approved::JoinsOnly => verdict.joins_only = !policy.shadow,
+        Approved::Shadowed(reject) => {
+            verdict.decision = Decision::ShadowDeny;
+            verdict.shadowed = Some(reject);
+        }
+    }
+    Ok(())
+}
+
+/// What the rate limits and rules count with: the ledger, or the shared state's
+/// `session.calls` (asked only when a rule of the grant reads `session`). `true`: the
+/// shared state couldn't be asked, and the rules see 0.
+async fn tallies<'g>(
+    governor: &Governor<'g>,
+    policy: &Policy,
+    contract: &Contract,
+    proposal: &Proposal<'_>,
+) -> (Tallies<'g>, bool) {
+    let Some(shared) = governor.shared else {
+        return (Tallies::Local(governor.ledger), false);
+    };
+    let reads_session = policy
+        .grants
+        .get(contract.tool.as_str())
+        .is_some_and(|g| g.reads.session && !g.rules.is_empty());
+    let Some(session) = proposal.session.filter(|_| reads_session) else {
+        return (Tallies::Shared { session_calls: 0 }, false);
+    };
+    match shared.session_calls(&proposal.agent.id, session).await {
+        Ok(session_calls) => (Tallies::Shared { session_calls }, false),
+        Err(_) => (Tallies::Shared { session_calls: 0 }, true),
+    }
+}
+
+/// The action the contract's `dedupeKey` names for these arguments, as a key; a shadow
+/// policy forwards a call whose key can't be made without one. The arguments' tree is
+/// built only for a contract with a key.
+fn action(
+    contract: &Contract,
+    policy: &Policy,
+    agent: &Agent,
+    args: &Args,
+) -> Result<Option<String>, Reject> {
+    let Some(key) = &contract.dedupe_key else {
+        return Ok(None);
+    };
+    match key.evaluate(args.value(), || agent.cel_value()) {
+        Ok(action) => Ok(Some(action)),
+        Err(_) if policy.shadow => {
+            tracing::info!(tool = %contract.tool, agent = %agent.id, "shadow policy would deny (dedupeKey); forwarding without it");
+            Ok(None)
+        }
+        Err(reject) => Err(reject),
+    }
 }
 
 /// How a call that needs approval may go on.

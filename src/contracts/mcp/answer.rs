@@ -9,7 +9,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::proxy::mcp::sse;
+use crate::proxy::backend::sse;
 
 /// One JSON-RPC message (a `tools/list` page with large schemas fits many times over).
 pub const MAX_MESSAGE: usize = 16 << 20;

@@ -1,6 +1,6 @@
-//! The upstream's answer to one forwarded request, when toolgate must see it: rewritten
-//! in flight when it is an SSE stream, or read whole (bounded) when it is one JSON body
-//! or belongs to a batch.
+//! The upstream's SSE answer to one forwarded request, rewritten in flight. (An answer
+//! read whole — one JSON body, a batch's, an at-most-once call's — is read by the
+//! backend module, `backend::collect`.)
 //!
 //! A rewritten stream stays a stream: every event is re-emitted as soon as it is
 //! complete, unrelated events byte for byte, so progress notifications and
@@ -9,19 +9,15 @@
 //! toolgate never passes on what it could not check.
 
 use bytes::Bytes;
-use http::{header, Response};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
-use hyper::body::Incoming;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::jsonrpc::{answer_in, is_response};
-use super::sse::{Event, Parser};
-use super::tools_call::live::Tap;
+use crate::proxy::backend::collect::{answer_in, is_response};
+use crate::proxy::backend::sse::{Event, Parser};
 use crate::proxy::backend::Failure;
-use crate::proxy::body::{read_limited, Body, BoxError};
-use crate::proxy::headers::{strip_hop_by_hop, strip_toolgate};
+use crate::proxy::body::{Body, BoxError};
 
 /// What to do with the response to the forwarded request.
 pub trait Rewrite: Send + Sync + 'static {
@@ -209,172 +205,6 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
         let message = self.rewrite.failed(failure);
         let data = serde_json::to_string(&message).unwrap_or_default();
         Some(Bytes::from(format!("event: message\ndata: {data}\n\n")))
-    }
-}
-
-/// What a response body is, by its content type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    Json,
-    EventStream,
-    Other,
-}
-
-pub fn shape_of<B>(response: &Response<B>) -> Shape {
-    let content_type = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if content_type.starts_with("application/json") {
-        Shape::Json
-    } else if content_type.starts_with("text/event-stream") {
-        Shape::EventStream
-    } else {
-        Shape::Other
-    }
-}
-
-/// Reads the response to request `id` from a JSON or SSE body, bounded by `max` bytes
-/// (per event for SSE) and `deadline`. Other SSE events are dropped: a collected answer
-/// is one JSON-RPC message.
-pub async fn collect(
-    response: Response<Incoming>,
-    id: &Value,
-    max: usize,
-    deadline: Instant,
-) -> Result<Value, Failure> {
-    match shape_of(&response) {
-        Shape::Json => read_json(response.into_body(), id, max, deadline).await,
-        Shape::EventStream => collect_sse(response.into_body(), id, max, deadline, None).await,
-        Shape::Other => Err(Failure::NotAnAnswer),
-    }
-}
-
-/// [`collect`], relaying to `tap` everything an event stream carries besides the answer:
-/// first the response's headers, then each event as it arrives.
-pub async fn collect_relaying(
-    response: Response<Incoming>,
-    id: &Value,
-    max: usize,
-    deadline: Instant,
-    tap: &mut Tap,
-) -> Result<Value, Failure> {
-    if shape_of(&response) != Shape::EventStream {
-        return collect(response, id, max, deadline).await;
-    }
-    let (mut parts, incoming) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    strip_toolgate(&mut parts.headers);
-    parts.headers.remove(header::CONTENT_LENGTH);
-    tap.open(parts.headers);
-    collect_sse(incoming, id, max, deadline, Some(tap)).await
-}
-
-/// Reads a JSON body (one message, or a batch of them) and finds the response to `id`.
-pub async fn read_json(
-    incoming: Incoming,
-    id: &Value,
-    max: usize,
-    deadline: Instant,
-) -> Result<Value, Failure> {
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    let bytes = read_limited(incoming, max, remaining).await?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|_| Failure::NotAnAnswer)?;
-    answer_in(value, id).ok_or(Failure::NotAnAnswer)
-}
-
-/// Largest JSON-RPC error body read from an upstream HTTP error.
-const MAX_ERROR_BODY: usize = 64 * 1024;
-
-/// The JSON-RPC error an upstream HTTP 4xx carries (a 2026-07-28 server answers invalid
-/// params with 400), with its status; `None` for any other error, whose body stays
-/// unread: backend internals never reach the agent.
-pub async fn rpc_error(
-    response: Response<Incoming>,
-    timeout: std::time::Duration,
-) -> Option<(http::StatusCode, Bytes)> {
-    let status = response.status();
-    if !status.is_client_error() || shape_of(&response) != Shape::Json {
-        return None;
-    }
-    let deadline = timeout.min(std::time::Duration::from_secs(5));
-    let bytes = read_limited(response.into_body(), MAX_ERROR_BODY, deadline)
-        .await
-        .ok()?;
-    let value: Value = serde_json::from_slice(&bytes).ok()?;
-    let is_rpc_error = value.get("result").is_none()
-        && value.pointer("/error/code").is_some_and(Value::is_i64)
-        && value
-            .pointer("/error/message")
-            .is_some_and(Value::is_string);
-    is_rpc_error.then_some((status, bytes))
-}
-
-/// A JSON-RPC error's bytes as the answer to request `id` (servers may answer `null`).
-pub fn with_id(bytes: &[u8], id: &Value) -> Value {
-    let mut value: Value = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-    if let Some(object) = value.as_object_mut() {
-        object.insert("id".into(), id.clone());
-    }
-    value
-}
-
-async fn collect_sse(
-    mut incoming: Incoming,
-    id: &Value,
-    max: usize,
-    deadline: Instant,
-    mut tap: Option<&mut Tap>,
-) -> Result<Value, Failure> {
-    let mut parser = Parser::new(max);
-    let mut eof = false;
-    // Events with ids make the stream resumable: its end is then no failure.
-    let mut resumable = false;
-    loop {
-        while let Some(event) = parser.next_event(eof) {
-            resumable |= event.id.is_some();
-            // Relayed as `rewrite_sse` re-emits: what is not JSON is dropped unchecked.
-            let relay = if !event.is_message() || event.data.is_empty() {
-                true
-            } else if let Ok(value) = serde_json::from_str::<Value>(&event.data) {
-                // A request or notification for the client passes; a response is the
-                // answer (or, to another request, dropped).
-                if !value.is_array() && !is_response(&value) {
-                    true
-                } else if let Some(answer) = answer_in(value, id) {
-                    return Ok(answer);
-                } else {
-                    false
-                }
-            } else {
-                false
-            };
-            if let Some(tap) = tap.as_deref_mut().filter(|_| relay) {
-                tap.send(event.raw).await;
-            }
-        }
-        if eof && resumable {
-            if let Some(tap) = tap.as_deref_mut() {
-                tap.resumable();
-            }
-            return Err(Failure::Resumable);
-        }
-        if eof {
-            return Err(Failure::BodyBroke);
-        }
-        parser.check().map_err(|e| Failure::TooLarge(e.0))?;
-        match tokio::time::timeout_at(deadline, incoming.frame()).await {
-            Err(_) => return Err(Failure::BodyTimedOut),
-            Ok(None) => eof = true,
-            Ok(Some(Err(_))) => return Err(Failure::BodyBroke),
-            Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    parser.push(&data);
-                }
-            }
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::forward::{self, PASS_TIMEOUT};
 use super::jsonrpc::{Invalid, Kind, Message};
-use super::reply::{json_response, Refusal, INVALID_REQUEST};
+use super::reply::{json_response, Refusal};
 use super::{route, tools_call, tools_list, Inbound, Route};
 use crate::proxy::body::{empty, Body};
 use crate::proxy::outcome::Outcome;
@@ -29,11 +29,7 @@ pub async fn answer(
             Code::MalformedRequest,
             "protocol 2026-07-28 has no batches: send one message per request",
         );
-        return ex.refuse(
-            outcome,
-            Refusal::error(INVALID_REQUEST, reject),
-            &Value::Null,
-        );
+        return ex.refuse(outcome, Refusal::malformed(reject), &Value::Null);
     }
     let mut answers = Vec::new();
     for item in items {
@@ -69,7 +65,7 @@ async fn element(ex: &Inbound<'_>, message: Message) -> Option<Value> {
         Route::Pass => collected(ex, &message).await,
         Route::Guarded => match ex.method_permit(message.method.as_deref().unwrap_or_default()) {
             Ok(()) => collected(ex, &message).await,
-            Err(refusal) => refusal.message(&id, ex.trace_id(), false),
+            Err(refusal) => ex.refused(&refusal, &id),
         },
     };
     Some(answer)
@@ -78,14 +74,13 @@ async fn element(ex: &Inbound<'_>, message: Message) -> Option<Value> {
 async fn collected(ex: &Inbound<'_>, message: &Message) -> Value {
     match forward::collect(ex, message, PASS_TIMEOUT).await {
         Ok(answer) => answer,
-        Err(refusal) => refusal.message(&message.reply_id(), ex.trace_id(), false),
+        Err(refusal) => ex.refused(&refusal, &message.reply_id()),
     }
 }
 
 fn invalid_message(ex: &Inbound<'_>, id: &Value, reason: String) -> Value {
-    Refusal::error(INVALID_REQUEST, Reject::new(Code::MalformedRequest, reason)).message(
+    ex.refused(
+        &Refusal::malformed(Reject::new(Code::MalformedRequest, reason)),
         id,
-        ex.trace_id(),
-        false,
     )
 }

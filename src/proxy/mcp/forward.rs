@@ -18,10 +18,11 @@ use serde_json::Value;
 
 use super::answer;
 use super::jsonrpc::Message;
-use super::reply::{Refusal, INTERNAL_ERROR};
+use super::reply::Refusal;
 use super::tools_call::result::shape_answer;
 use super::{routing_headers, Inbound};
 use crate::policy::Snapshot;
+use crate::proxy::backend::collect;
 use crate::proxy::backend::failure::unanswered_status;
 use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::Body;
@@ -159,7 +160,7 @@ pub async fn pass(
         Ok(response) => response,
         Err(failure) => {
             let reject = failure.reject(Asked::message(PASS_TIMEOUT));
-            let refusal = Refusal::error(INTERNAL_ERROR, reject);
+            let refusal = Refusal::failed(reject);
             return ex.refuse(outcome, refusal, &message.reply_id());
         }
     };
@@ -201,18 +202,18 @@ pub async fn collect(
     };
     let response = send(ex, request)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))?;
+        .map_err(|f| Refusal::failed(f.reject(Asked::message(timeout))))?;
     let status = response.status();
     if !status.is_success() {
-        return match answer::rpc_error(response, timeout).await {
-            Some((_, bytes)) => Ok(answer::with_id(&bytes, &id)),
-            None => Err(Refusal::error(INTERNAL_ERROR, unanswered_status(status).0)),
+        return match collect::rpc_error(response, timeout).await {
+            Some((_, bytes)) => Ok(collect::with_id(&bytes, &id)),
+            None => Err(Refusal::failed(unanswered_status(status).0)),
         };
     }
     let deadline = tokio::time::Instant::now() + timeout;
-    answer::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
+    collect::collect(response, &id, ex.gate.limits.max_response_bytes, deadline)
         .await
-        .map_err(|f| Refusal::error(INTERNAL_ERROR, f.reject(Asked::message(timeout))))
+        .map_err(|f| Refusal::failed(f.reject(Asked::message(timeout))))
 }
 
 /// Forwards a notification or response of a batch; nothing answers it.

@@ -200,29 +200,6 @@ fn usable_id(id: &Value) -> bool {
     id.is_string() || id.is_i64() || id.is_u64()
 }
 
-/// Whether `value` is a response (a result or an error).
-pub fn is_response(value: &Value) -> bool {
-    value.get("method").is_none() && (value.get("result").is_some() || value.get("error").is_some())
-}
-
-/// The response to the request with `id` among what answered it.
-///
-/// On the stream or body answering one request, SDK clients take *any* response as that
-/// request's answer, whatever its id: so must toolgate, or a response with a stray id
-/// would reach the agent unchecked. Only in a batch array does the id pick the answer.
-pub fn answer_in(value: Value, id: &Value) -> Option<Value> {
-    let mut found = match value {
-        Value::Array(items) => items
-            .into_iter()
-            .find(|m| is_response(m) && m.get("id") == Some(id)),
-        other => Some(other).filter(is_response),
-    }?;
-    if let Some(object) = found.as_object_mut() {
-        object.insert("id".into(), id.clone());
-    }
-    Some(found)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,22 +277,5 @@ mod tests {
         }
         let big = format!("[{}]", vec!["1"; MAX_BATCH + 1].join(","));
         assert!(matches!(parse(big.as_bytes()), Err(Unreadable::Invalid(_))));
-    }
-
-    #[test]
-    fn any_response_answers_the_one_request_it_came_for() {
-        let id = json!(4);
-        let stray = json!({"jsonrpc": "2.0", "id": "4", "result": {}});
-        assert_eq!(
-            answer_in(stray, &id).unwrap()["id"],
-            4,
-            "the id is made the request's"
-        );
-        assert!(answer_in(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"}), &id).is_none());
-        let batch = json!([{"jsonrpc": "2.0", "id": 3, "result": 1}, {"jsonrpc": "2.0", "id": 4, "result": 2}]);
-        assert_eq!(answer_in(batch, &id).unwrap()["result"], 2);
-        assert!(is_response(
-            &json!({"jsonrpc": "2.0", "id": null, "error": {}})
-        ));
     }
 }

@@ -28,7 +28,6 @@ pub mod pending;
 pub mod reply;
 pub mod routing_headers;
 pub mod session;
-pub mod sse;
 pub mod tools_call;
 pub mod tools_list;
 
@@ -50,7 +49,7 @@ use crate::proxy::stage::identify::identify;
 use crate::vocab::Agent;
 use crate::vocab::{Code, Reject};
 use jsonrpc::{Body as Parsed, Kind, Message, Unreadable};
-use reply::{Refusal, INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use reply::Refusal;
 
 /// One MCP HTTP request once its caller is known.
 pub struct Inbound<'a> {
@@ -91,7 +90,7 @@ pub async fn handle(
             // HTTP 401 (403 for a missing scope), with a JSON-RPC error body the SDKs
             // surface (see reply), and the challenge that says what to send.
             outcome.refused(&refused.reject);
-            let mut response = Refusal::error(reply::UNAUTHENTICATED, refused.reject).response(
+            let mut response = Refusal::unauthenticated(refused.reject).response(
                 &Value::Null,
                 outcome.trace_id(),
                 modern,
@@ -132,35 +131,21 @@ pub async fn handle(
 async fn post(ex: &Inbound<'_>, body: Incoming, outcome: &mut Outcome) -> Response<Body> {
     let bytes = match read_body(&ex.gate.limits, &ex.parts.headers, body).await {
         Ok(bytes) => bytes,
-        Err(reject) => {
-            return ex.refuse(
-                outcome,
-                Refusal::error(INVALID_REQUEST, reject),
-                &Value::Null,
-            )
-        }
+        Err(reject) => return ex.refuse(outcome, Refusal::malformed(reject), &Value::Null),
     };
     // The message toolgate governs must be the one the server parses (proxy::media).
     if let Err(reject) = crate::proxy::media::check_json(&ex.parts.headers) {
-        return ex.refuse(
-            outcome,
-            Refusal::error(INVALID_REQUEST, reject),
-            &Value::Null,
-        );
+        return ex.refuse(outcome, Refusal::malformed(reject), &Value::Null);
     }
     let parsed = match jsonrpc::parse(&bytes) {
         Ok(parsed) => parsed,
         Err(Unreadable::NotJson(reason)) => {
             let reject = Reject::new(Code::MalformedRequest, reason);
-            return ex.refuse(outcome, Refusal::error(PARSE_ERROR, reject), &Value::Null);
+            return ex.refuse(outcome, Refusal::unparsable(reject), &Value::Null);
         }
         Err(Unreadable::Invalid(invalid)) => {
             let reject = Reject::new(Code::MalformedRequest, invalid.reason);
-            return ex.refuse(
-                outcome,
-                Refusal::error(INVALID_REQUEST, reject),
-                &invalid.id,
-            );
+            return ex.refuse(outcome, Refusal::malformed(reject), &invalid.id);
         }
     };
     let id = match &parsed {
@@ -168,7 +153,7 @@ async fn post(ex: &Inbound<'_>, body: Incoming, outcome: &mut Outcome) -> Respon
         Parsed::Batch(_) => Value::Null,
     };
     if let Err(reject) = ex.check_session().await {
-        return ex.refuse(outcome, Refusal::error(INVALID_REQUEST, reject), &id);
+        return ex.refuse(outcome, Refusal::malformed(reject), &id);
     }
     match parsed {
         Parsed::Single(message) => single(ex, message, bytes, outcome).await,
@@ -268,10 +253,9 @@ impl Inbound<'_> {
     pub fn method_permit(&self, method: &str) -> Result<(), Refusal> {
         let Some(snapshot) = &self.snapshot else {
             let reject = Reject::new(Code::NotReady, "no policy is loaded yet");
-            return Err(Refusal::error(INTERNAL_ERROR, reject));
+            return Err(Refusal::failed(reject));
         };
-        let policy = authorize::policy(snapshot, &self.agent.id)
-            .map_err(|r| Refusal::error(METHOD_NOT_FOUND, r))?;
+        let policy = authorize::policy(snapshot, &self.agent.id).map_err(Refusal::not_granted)?;
         if policy.allows_method(method) {
             return Ok(());
         }
@@ -282,7 +266,13 @@ impl Inbound<'_> {
                 self.agent.id, policy.object
             ),
         );
-        Err(Refusal::error(METHOD_NOT_FOUND, reject))
+        Err(Refusal::not_granted(reject))
+    }
+
+    /// A batch element's refusal, as its JSON-RPC answer (batches predate 2026-07-28:
+    /// the older revisions' form).
+    pub fn refused(&self, refusal: &Refusal, id: &Value) -> Value {
+        refusal.message(id, self.trace_id(), false)
     }
 
     /// Answers a single message with a refusal, and notes it in the request's outcome.

@@ -10,6 +10,12 @@
 //!
 //! Refusals of other methods can't be tool results: they are JSON-RPC errors (`-32601`
 //! for a method the policy doesn't grant, `-32603` when the backend failed).
+//!
+//! This file is the only one that decides a refusal's JSON-RPC form and code, and the
+//! only one that builds its message: the rest of `proxy::mcp` names what happened
+//! ([`Refusal::of_call`], [`Refusal::malformed`], [`Refusal::failed`] …) and hands the
+//! refusal to `Inbound::refuse` (a single message) or `Inbound::refused` (a batch's
+//! element), or to [`Refusal::message`] inside a stream's rewrite.
 
 use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
@@ -17,16 +23,16 @@ use serde_json::{json, Value};
 use crate::proxy::body::{full, Body};
 use crate::vocab::{Code, Reject};
 
-pub const PARSE_ERROR: i64 = -32700;
-pub const INVALID_REQUEST: i64 = -32600;
-pub const METHOD_NOT_FOUND: i64 = -32601;
-pub const INVALID_PARAMS: i64 = -32602;
-pub const INTERNAL_ERROR: i64 = -32603;
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+const INTERNAL_ERROR: i64 = -32603;
 /// Protocol 2026-07-28: routing headers disagree with the body.
-pub const HEADER_MISMATCH: i64 = -32020;
+const HEADER_MISMATCH: i64 = -32020;
 /// toolgate's code in the implementation-defined band (-32000..-32019) for a refused
 /// credential; the HTTP 401 is the signal, the code only keeps the body valid JSON-RPC.
-pub const UNAUTHENTICATED: i64 = -32010;
+const UNAUTHENTICATED: i64 = -32010;
 
 /// How a refusal is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +62,39 @@ impl Refusal {
         Refusal { reject, form }
     }
 
-    pub fn error(code: i64, reject: Reject) -> Refusal {
+    /// A message that is not valid JSON-RPC, or a request refused before it is read as
+    /// one (`-32600`).
+    pub fn malformed(reject: Reject) -> Refusal {
+        Refusal::error(INVALID_REQUEST, reject)
+    }
+
+    /// A body that is not JSON at all (`-32700`).
+    pub fn unparsable(reject: Reject) -> Refusal {
+        Refusal::error(PARSE_ERROR, reject)
+    }
+
+    /// A request without a credential toolgate accepts (HTTP 401, `-32010`).
+    pub fn unauthenticated(reject: Reject) -> Refusal {
+        Refusal::error(UNAUTHENTICATED, reject)
+    }
+
+    /// A method beyond tools that the agent's policy does not grant (`-32601`).
+    pub fn not_granted(reject: Reject) -> Refusal {
+        Refusal::error(METHOD_NOT_FOUND, reject)
+    }
+
+    /// Routing headers that disagree with the body (2026-07-28, `-32020`).
+    pub fn header_mismatch(reject: Reject) -> Refusal {
+        Refusal::error(HEADER_MISMATCH, reject)
+    }
+
+    /// A message other than a tool call that toolgate or the backend failed to answer
+    /// (`-32603`): no policy loaded yet, the backend down or broken.
+    pub fn failed(reject: Reject) -> Refusal {
+        Refusal::error(INTERNAL_ERROR, reject)
+    }
+
+    fn error(code: i64, reject: Reject) -> Refusal {
         Refusal {
             reject,
             form: Form::Error(code),

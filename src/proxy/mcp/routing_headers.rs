@@ -12,7 +12,7 @@
 use http::HeaderMap;
 
 use super::jsonrpc::Message;
-use super::reply::{Refusal, HEADER_MISMATCH};
+use super::reply::Refusal;
 use crate::vocab::{Code, Reject};
 
 pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
@@ -41,13 +41,10 @@ fn named_param(method: &str) -> Option<&'static str> {
 /// Checks that routing headers agree with the single message of the body.
 pub fn check_headers(headers: &HeaderMap, message: &Message, modern: bool) -> Result<(), Refusal> {
     let mismatch = |what: String| {
-        Refusal::error(
-            HEADER_MISMATCH,
-            Reject::new(
-                Code::MalformedRequest,
-                format!("the {what}: send the same value in the header and the body"),
-            ),
-        )
+        Refusal::header_mismatch(Reject::new(
+            Code::MalformedRequest,
+            format!("the {what}: send the same value in the header and the body"),
+        ))
     };
     for name in [PROTOCOL_VERSION, METHOD, NAME] {
         if headers.get_all(name).iter().count() > 1 {
@@ -179,10 +176,7 @@ mod tests {
     fn method_header_is_required_from_2026_07_28() {
         let no_method = mk_headers(&[(NAME, "x")]);
         let e = check_headers(&no_method, &mk_call("x"), true).unwrap_err();
-        assert_eq!(
-            e.form,
-            crate::proxy::mcp::reply::Form::Error(HEADER_MISMATCH)
-        );
+        assert_eq!(e.message(&json!(7), "t", true)["error"]["code"], -32020);
         assert_eq!(e.status(true), http::StatusCode::BAD_REQUEST);
         assert!(check_headers(&no_method, &mk_call("x"), false).is_ok());
         let response = message(json!({"jsonrpc": "2.0", "id": 7, "result": {}})).unwrap();

@@ -18,7 +18,7 @@ use http::Response;
 use hyper::body::Incoming;
 use std::sync::Arc;
 
-use crate::proxy::backend::exchange::{send_buffered, MAX_BUFFERED_BYTES};
+use crate::proxy::backend::Keep;
 use crate::proxy::body::{read_body, Body};
 use crate::proxy::call::{self, Delivery, Door};
 use crate::proxy::forward::Sent;
@@ -86,11 +86,9 @@ pub async fn handle(
         retry: true,
         live: false,
         // An at-most-once answer is kept whole for its duplicates, and kept small.
-        buffer: |upstream, exchange, window, max: usize| {
-            send_buffered(upstream, exchange, window, max.min(MAX_BUFFERED_BYTES))
-        },
+        keep: Keep::Body,
     };
-    let delivery = call::run(gate, &snapshot, proposal, request, door, outcome).await?;
+    let delivery = call::run(&gate.ground(), &snapshot, proposal, request, door, outcome).await?;
     deliver(gate, delivery).await
 }
 
@@ -122,7 +120,7 @@ async fn who_asks(
 
 /// What the backend gave, as the agent's response.
 async fn deliver(gate: &Gate, delivery: Delivery<'_>) -> Result<Response<Body>, Reject> {
-    let Delivery { contract, sent } = delivery;
+    let Delivery { contract, sent, .. } = delivery;
     match sent {
         Sent::Live { response, sent } => respond::streamed(gate, contract, response, sent).await,
         // Not asked for (`live: false`): REST answers once the call is settled.

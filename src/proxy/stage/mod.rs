@@ -5,7 +5,6 @@ pub mod authorize;
 pub mod call_order;
 pub mod identify;
 pub mod rules;
-pub mod session;
 pub mod shape;
 pub mod spend;
 pub mod task_scope;

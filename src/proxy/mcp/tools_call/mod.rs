@@ -3,9 +3,8 @@
 //! the backend gave is delivered as a JSON-RPC answer, refusals rendered here only.
 //!
 //! - [`proposal`]: message → `Proposal`, and the message the backend runs;
-//! - [`once`]: the JSON-RPC collector of an at-most-once call, and its shared answer;
 //! - [`live`]: an at-most-once lead's progress, relayed while the call runs;
-//! - [`result`]: the tool result shaped by its contract;
+//! - [`result`]: the tool result shaped by its contract, live or kept for duplicates;
 //! - [`follow_up`]: the record of a streamed call after its head went out;
 //! - [`tool_error`]: spotting `isError: true` in an answer streamed through unread.
 //!
@@ -22,7 +21,6 @@
 
 pub mod follow_up;
 pub mod live;
-pub mod once;
 pub mod proposal;
 pub mod result;
 pub mod tool_error;
@@ -35,7 +33,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
+use super::answer::{rewrite_sse, Rewrite};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
 use super::reply::{self, Refusal};
@@ -44,9 +42,11 @@ use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::policy::contract::Contract;
 use crate::policy::{Snapshot, ToolId};
+use crate::proxy::backend::collect::{self, shape_of, Shape};
 use crate::proxy::backend::exchange;
 use crate::proxy::backend::failure::unanswered_status;
-use crate::proxy::backend::{Asked, Failure};
+use crate::proxy::backend::relay::{self, Relayed};
+use crate::proxy::backend::{Asked, Failure, Keep};
 use crate::proxy::body::{full, Body};
 use crate::proxy::call::Door;
 use crate::proxy::forward::Sent;
@@ -55,7 +55,6 @@ use crate::proxy::outcome::Outcome;
 use crate::proxy::stage::shape;
 use crate::vocab::{Code, Reject};
 use follow_up::FollowUp;
-use live::Relayed;
 use result::shape_answer;
 
 /// A single tools/call POST; `outcome` is the request's, so the call's record.
@@ -92,7 +91,7 @@ pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
             snapshot,
             tool,
             settled,
-        }) => once::answer(&settled, snapshot.contract(tool), &id).map(|(_, answer)| answer),
+        }) => result::from_kept(&settled, snapshot.contract(tool), &id).map(|(_, answer)| answer),
         // Batch elements are not live (`split`): they are collected whole.
         Ok(Reply::Leading(_)) => Err(Refusal::of_call(Reject::new(
             Code::NotReady,
@@ -105,7 +104,7 @@ pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
     }
     let answer = answer.unwrap_or_else(|refusal| {
         outcome.refused(&refusal.reject);
-        refusal.message(&id, ex.trace_id(), false)
+        ex.refused(&refusal, &id)
     });
     outcome.record(&ex.gate.metrics, &ex.gate.audit).await;
     answer
@@ -165,46 +164,49 @@ async fn forward_call(
     // batch element is collected whole.
     let live = !contract.idempotent && !split;
     let deadline = tokio::time::Instant::now() + contract.timeout;
-    let (tap, relays) = match live {
-        true => {
-            let (tap, relays) = live::channel(deadline);
-            (Some(tap), Some(relays))
-        }
-        false => (None, None),
-    };
+    let (tap, relays) = live.then(|| relay::channel(deadline)).unzip();
     let id = message.reply_id();
-    let request = |verdict: &Verdict<'_>| {
-        let body = proposal::with_defaults(message, verdict, original);
-        let out = Outbound {
-            method: Method::POST,
-            tool: Some(&verdict.contract.tool),
-            body,
-            split,
-            timeout: verdict.contract.timeout,
-        };
-        let (path_and_query, headers) = forward::outbound(ex, &out);
-        exchange::Exchange {
-            method: Method::POST,
-            path_and_query,
-            headers,
-            body: out.body,
-        }
-    };
+    let request = |verdict: &Verdict<'_>| backend_request(ex, message, original, verdict, split);
     // The upstream answers the leader's JSON-RPC id; every duplicate gets the answer
-    // under its own (once::answer).
+    // under its own (result::from_kept).
     let answer_id = id.clone();
     let door = Door {
         rpc_id: Some(&id),
         retry: false,
         live,
-        buffer: move |upstream, exchange, window, max| {
-            once::collect(upstream, exchange, answer_id, window, max, tap)
-        },
+        keep: Keep::Answer { id: answer_id, tap },
     };
-    let delivery = crate::proxy::call::run(ex.gate, &snapshot, proposal, request, door, outcome)
+    let ground = ex.gate.ground();
+    let delivery = crate::proxy::call::run(&ground, &snapshot, proposal, request, door, outcome)
         .await
         .map_err(Refusal::of_call)?;
     reply(snapshot.clone(), tool, delivery.sent, relays, deadline)
+}
+
+/// The request the backend gets for a permitted call: the message as checked (its
+/// defaults filled), with the outbound headers (`mcp::forward`).
+fn backend_request(
+    ex: &Inbound<'_>,
+    message: &Message,
+    original: Bytes,
+    verdict: &Verdict<'_>,
+    split: bool,
+) -> exchange::Exchange {
+    let body = proposal::with_defaults(message, verdict, original);
+    let out = Outbound {
+        method: Method::POST,
+        tool: Some(&verdict.contract.tool),
+        body,
+        split,
+        timeout: verdict.contract.timeout,
+    };
+    let (path_and_query, headers) = forward::outbound(ex, &out);
+    exchange::Exchange {
+        method: Method::POST,
+        path_and_query,
+        headers,
+        body: out.body,
+    }
 }
 
 /// What the backend gave a call, as this front door delivers it.
@@ -258,7 +260,7 @@ fn once_response(
     id: &Value,
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Refusal> {
-    once::answer(settled, contract, id).map(|(status, answer)| {
+    result::from_kept(settled, contract, id).map(|(status, answer)| {
         if is_tool_error(&answer) {
             outcome.tool_error();
         }
@@ -310,7 +312,9 @@ async fn lead(
         let contract = snapshot.contract(tool);
         let answered = match settled {
             None => Err(unsettled(timeout)),
-            Some(settled) => once::answer(&settled, contract, &answer_id).map_err(|r| r.reject),
+            Some(settled) => {
+                result::from_kept(&settled, contract, &answer_id).map_err(|r| r.reject)
+            }
         };
         match answered {
             Ok((_, message)) => {
@@ -396,7 +400,7 @@ async fn deliver(
         }
         Shape::Json if shaped => {
             let (mut parts, incoming) = response.into_parts();
-            let value = answer::read_json(incoming, id, max, deadline)
+            let value = collect::read_json(incoming, id, max, deadline)
                 .await
                 .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
@@ -456,10 +460,10 @@ async fn collect(ex: &Inbound<'_>, live: Live, id: &Value) -> Result<Value, Refu
     let contract = snapshot.contract(tool);
     if !response.status().is_success() {
         let (_, bytes) = upstream_error(response, contract).await?;
-        return Ok(answer::with_id(&bytes, id));
+        return Ok(collect::with_id(&bytes, id));
     }
     let max = ex.gate.limits.max_response_bytes;
-    let value = answer::collect(response, id, max, deadline)
+    let value = collect::collect(response, id, max, deadline)
         .await
         .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
     shape_answer(contract, value).map_err(Refusal::of_call)
@@ -471,7 +475,7 @@ async fn upstream_error(
     contract: &Contract,
 ) -> Result<(StatusCode, Bytes), Refusal> {
     let status = response.status();
-    answer::rpc_error(response, contract.timeout)
+    collect::rpc_error(response, contract.timeout)
         .await
         .ok_or_else(|| Refusal::of_call(unanswered_status(status).0))
 }

@@ -1,5 +1,12 @@
 //! A tools/call's result shaped by its contract: `structuredContent` held to `output`
-//! and redacted with `redact`.
+//! and redacted with `redact`; a live answer's ([`shape_answer`]) or the one an
+//! at-most-once call kept for its duplicates ([`from_kept`]).
+//!
+//! At most once (`idempotent: false`, the default for MCP-served tools): the forward path
+//! sends the first call once, detached, the backend keeping its unshaped JSON-RPC answer
+//! (`Keep::Answer`, `backend::collect`), and every duplicate gets that answer under its
+//! own request id, marked `X-Toolgate-Replayed: true`. Shaping runs per delivery, so a
+//! policy reload between two duplicates is honoured.
 //!
 //! Shaping a result also rewrites its `content` to the shaped JSON as one text item: the
 //! SDKs put the same data there, and a redacted field must not survive in the text copy.
@@ -7,9 +14,13 @@
 //! but not held to `output`. When shaping is needed, a successful result without
 //! `structuredContent` is refused (`OUTPUT_CONTRACT_VIOLATION`): toolgate can't check it.
 
+use http::StatusCode;
 use serde_json::{json, Map, Value};
 
+use crate::limits::dedupe::Settled;
 use crate::policy::contract::Contract;
+use crate::proxy::backend::collect::with_id;
+use crate::proxy::mcp::reply::Refusal;
 use crate::proxy::stage::shape;
 use crate::vocab::{Code, Reject};
 
@@ -23,6 +34,26 @@ pub fn shape_answer(contract: &Contract, mut message: Value) -> Result<Value, Re
     };
     shape_result(contract, result)?;
     Ok(message)
+}
+
+/// The JSON-RPC answer for request `id`, shaped, from a kept outcome; the HTTP status
+/// rides along for JSON-RPC errors an upstream sent with a 4xx.
+pub fn from_kept(
+    settled: &Settled,
+    contract: &Contract,
+    id: &Value,
+) -> Result<(StatusCode, Value), Refusal> {
+    match settled {
+        Settled::Failed { reject, .. } => Err(Refusal::of_call(reject.clone())),
+        Settled::Answered(buffered) if !buffered.status.is_success() => {
+            Ok((buffered.status, with_id(&buffered.body, id)))
+        }
+        Settled::Answered(buffered) => {
+            let message = with_id(&buffered.body, id);
+            let shaped = shape_answer(contract, message).map_err(Refusal::of_call)?;
+            Ok((StatusCode::OK, shaped))
+        }
+    }
 }
 
 fn shape_result(contract: &Contract, result: &mut Map<String, Value>) -> Result<(), Reject> {

@@ -17,11 +17,12 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::answer::{self, rewrite_sse, shape_of, Rewrite, Shape};
+use super::answer::{rewrite_sse, Rewrite};
 use super::forward::{self, clean, stream_through, Outbound, PASS_TIMEOUT};
 use super::jsonrpc::Message;
+use crate::proxy::backend::collect::{self, shape_of, Shape};
 
-use super::reply::{Refusal, INTERNAL_ERROR};
+use super::reply::Refusal;
 use super::Inbound;
 use crate::policy::Snapshot;
 use crate::proxy::backend::{Asked, Failure};
@@ -54,7 +55,7 @@ pub async fn single(
         Ok(response) => response,
         Err(failure) => {
             let reject = failure.reject(Asked::message(PASS_TIMEOUT));
-            return ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id);
+            return ex.refuse(outcome, Refusal::failed(reject), &id);
         }
     };
     outcome.passed();
@@ -77,7 +78,7 @@ pub async fn single(
         Shape::Json => {
             let mut rewrite = ListRewrite::new(ex, snapshot, id.clone(), Some(outcome));
             let (mut parts, incoming) = response.into_parts();
-            let message = match answer::read_json(incoming, &id, max, deadline).await {
+            let message = match collect::read_json(incoming, &id, max, deadline).await {
                 Ok(message) => rewrite.answer(message),
                 Err(failure) => rewrite.failed(failure),
             };
@@ -90,7 +91,7 @@ pub async fn single(
         }
         Shape::Other => {
             let reject = Failure::NotAnAnswer.reject(Asked::message(PASS_TIMEOUT));
-            ex.refuse(outcome, Refusal::error(INTERNAL_ERROR, reject), &id)
+            ex.refuse(outcome, Refusal::failed(reject), &id)
         }
     }
 }
@@ -99,20 +100,17 @@ pub async fn single(
 pub async fn element(ex: &Inbound<'_>, message: &Message) -> Value {
     let id = message.reply_id();
     let Some(snapshot) = ex.snapshot.clone() else {
-        return not_ready().message(&id, ex.trace_id(), false);
+        return ex.refused(&not_ready(), &id);
     };
     let mut rewrite = ListRewrite::new(ex, snapshot, id.clone(), None);
     match forward::collect(ex, message, PASS_TIMEOUT).await {
         Ok(answer) => rewrite.answer(answer),
-        Err(refusal) => refusal.message(&id, ex.trace_id(), false),
+        Err(refusal) => ex.refused(&refusal, &id),
     }
 }
 
 fn not_ready() -> Refusal {
-    Refusal::error(
-        INTERNAL_ERROR,
-        Reject::new(Code::NotReady, "no policy is loaded yet"),
-    )
+    Refusal::failed(Reject::new(Code::NotReady, "no policy is loaded yet"))
 }
 
 struct ListRewrite {
@@ -194,6 +192,6 @@ impl Rewrite for ListRewrite {
 
     fn failed(&mut self, failure: Failure) -> Value {
         let reject = failure.reject(Asked::message(PASS_TIMEOUT));
-        Refusal::error(INTERNAL_ERROR, reject).message(&self.id, &self.trace_id, self.modern)
+        Refusal::failed(reject).message(&self.id, &self.trace_id, self.modern)
     }
 }
