@@ -209,7 +209,7 @@ fn visible_headers(headers: &HeaderMap, read: &HeaderReads) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::crd::parse_documents;
     use crate::limits::{Capacity, Clock};
@@ -234,9 +234,11 @@ spec:
         - {name: others, expr: "agent.id == 'ops-bot' && session.id == 's1' && session.calls == 0 && request.method == 'POST' && request.headers['x-env'] == 'prod'"}
 "#;
 
-    fn mk_decide(headers: &HeaderMap, args: Value) -> Result<Decided, Reject> {
+    /// A snapshot of `policies` (which must compile) and an empty ledger on a fake clock:
+    /// what a decision needs besides the call. Shared with `proxy::govern`'s tests.
+    pub(crate) fn fixture(policies: &str) -> (Snapshot, Ledger) {
         let (snapshot, errors) = Snapshot::build(
-            &parse_documents("t", POLICIES).0,
+            &parse_documents("t", policies).0,
             &BuildOptions::default(),
             1,
         );
@@ -245,6 +247,11 @@ spec:
             Capacity::from_settings(&crate::config::Limits::default()),
             Clock::fake(),
         );
+        (snapshot, ledger)
+    }
+
+    fn mk_decide(headers: &HeaderMap, args: Value) -> Result<Decided, Reject> {
+        let (snapshot, ledger) = fixture(POLICIES);
         let agent = Agent {
             id: Arc::from("ops-bot"),
             issuer: Arc::from("tokens"),

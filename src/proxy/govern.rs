@@ -370,9 +370,6 @@ async fn approve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::parse_documents;
-    use crate::limits::{Capacity, Clock};
-    use crate::policy::{BuildOptions, Snapshot};
     use bytes::Bytes;
     use serde_json::json;
     use std::sync::Arc;
@@ -399,16 +396,7 @@ spec:
     /// Governs a call of `tool` whose body was checked and not parsed (as REST's classify
     /// leaves it): whether the verdict's arguments got parsed, and what was captured.
     async fn governed(tool: &str) -> (bool, Captured) {
-        let (snapshot, errors) = Snapshot::build(
-            &parse_documents("t", POLICIES).0,
-            &BuildOptions::default(),
-            1,
-        );
-        assert!(errors.is_empty(), "{errors:?}");
-        let ledger = Ledger::new(
-            Capacity::from_settings(&crate::config::Limits::default()),
-            Clock::fake(),
-        );
+        let (snapshot, ledger) = crate::proxy::decide::tests::fixture(POLICIES);
         let governor = Governor {
             ledger: &ledger,
             shared: None,
