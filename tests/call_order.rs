@@ -419,6 +419,16 @@ metadata: {name: echo}
 spec: {tool: echo}
 ---
 apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: unknown-to-server}
+spec: {tool: unknown_to_server}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: ping}
+spec: {tool: ping}
+---
+apiVersion: toolgate.dev/v1alpha1
 kind: AgentPolicy
 metadata: {name: ops-bot}
 spec:
@@ -432,6 +442,9 @@ spec:
         - {tool: create_issue, match: "prior.args.project == args.service", within: task}
     - name: echo
       requires: [{tool: fails_softly}]
+    - name: unknown_to_server
+    - name: ping
+      requires: [{tool: unknown_to_server}]
 "#;
 
 fn rpc(id: u64, name: &str, args: Value) -> String {
@@ -487,6 +500,14 @@ async fn mcp_flow(h: &Harness, backend: &McpBackend, key: &SigningKey) {
         tool_code(&post(rpc(5, "echo", json!({})), Some(t.clone())).await),
         "CALL_ORDER_VIOLATION"
     );
+    // Nor is one the server refused with a JSON-RPC error (the test backend knows no
+    // `unknown_to_server`).
+    let r = post(rpc(6, "unknown_to_server", json!({})), Some(t.clone())).await;
+    assert_eq!(r.json["error"]["code"], -32602, "{}", r.text);
+    assert_eq!(
+        tool_code(&post(rpc(7, "ping", json!({})), Some(t.clone())).await),
+        "CALL_ORDER_VIOLATION"
+    );
     // The policy's budget is 20 a day and an issue costs 7: the third one is refused.
     let r = post(issue("billing"), Some(t.clone())).await;
     assert_eq!(tool_code(&r), "BUDGET_EXHAUSTED", "{}", r.text);
@@ -499,6 +520,7 @@ async fn mcp_flow(h: &Harness, backend: &McpBackend, key: &SigningKey) {
         "{sent:?}"
     );
     assert!(!sent.contains(&"echo".to_string()));
+    assert!(!sent.contains(&"ping".to_string()));
 }
 
 #[tokio::test]

@@ -64,6 +64,8 @@ pub struct Outcome {
     status: Option<u16>,
     /// An MCP tool answered `isError: true`.
     tool_error: bool,
+    /// The MCP server answered the call with a JSON-RPC `error`.
+    rpc_error: bool,
     /// The shared state couldn't be asked: the call's limits failed open.
     state_failed_open: bool,
     /// The approval the call ran under.
@@ -117,6 +119,7 @@ impl Outcome {
             tool_description: None,
             status: None,
             tool_error: false,
+            rpc_error: false,
             state_failed_open: false,
             approval: None,
             inputs: None,
@@ -268,6 +271,12 @@ impl Outcome {
         self.tool_error = true;
     }
 
+    /// The MCP server answered the call with a JSON-RPC `error`: no successful call, so
+    /// `requires` does not remember it.
+    pub fn rpc_error(&mut self) {
+        self.rpc_error = true;
+    }
+
     /// A message that is not a tool call was let through (MCP handshake, listing, streams,
     /// a batch's own record).
     pub fn passed(&mut self) {
@@ -383,6 +392,7 @@ impl Outcome {
         self.decision == Decision::Allow
             && self.code.is_none()
             && !self.tool_error
+            && !self.rpc_error
             && self.upstream_status.is_none_or(|s| (200..300).contains(&s))
     }
 

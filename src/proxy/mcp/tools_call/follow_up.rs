@@ -54,6 +54,20 @@ impl FollowUp {
         }
     }
 
+    /// The server answered the call with a JSON-RPC `error` in the stream.
+    pub fn rpc_error(&mut self) {
+        if let Some(outcome) = &mut self.outcome {
+            outcome.rpc_error();
+        }
+    }
+
+    /// Marks how an answer read from the stream says the call went ([`super::judge`]).
+    pub fn judge(&mut self, message: &serde_json::Value) {
+        if let Some(outcome) = &mut self.outcome {
+            super::judge(message, outcome);
+        }
+    }
+
     pub fn record(mut self, reject: &Reject) {
         let Some(mut outcome) = self.outcome.take() else {
             return;

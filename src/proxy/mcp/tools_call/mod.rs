@@ -99,8 +99,8 @@ pub async fn element(ex: &Inbound<'_>, mut message: Message) -> Value {
         ))),
         Err(refusal) => Err(refusal),
     };
-    if answer.as_ref().is_ok_and(is_tool_error) {
-        outcome.tool_error();
+    if let Ok(answer) = &answer {
+        judge(answer, &mut outcome);
     }
     let answer = answer.unwrap_or_else(|refusal| {
         outcome.refused(&refusal.reject);
@@ -261,9 +261,7 @@ fn once_response(
     outcome: &mut Outcome,
 ) -> Result<Response<Body>, Refusal> {
     result::from_kept(settled, contract, id).map(|(status, answer)| {
-        if is_tool_error(&answer) {
-            outcome.tool_error();
-        }
+        judge(&answer, outcome);
         let mut response =
             reply::json_bytes(Bytes::from(serde_json::to_vec(&answer).unwrap_or_default()));
         *response.status_mut() = status;
@@ -318,12 +316,8 @@ async fn lead(
         };
         match answered {
             Ok((_, message)) => {
-                if let Some(follow_up) = rewrite
-                    .follow_up
-                    .as_mut()
-                    .filter(|_| is_tool_error(&message))
-                {
-                    follow_up.tool_error();
+                if let Some(follow_up) = rewrite.follow_up.as_mut() {
+                    follow_up.judge(&message);
                 }
                 message
             }
@@ -352,9 +346,15 @@ fn asked(contract: &Contract) -> Asked {
     Asked::call(contract.idempotent, contract.timeout)
 }
 
-/// Whether a tools/call answer is the tool's own error (`isError: true`).
-fn is_tool_error(message: &Value) -> bool {
-    message.pointer("/result/isError") == Some(&Value::Bool(true))
+/// Marks on the call's record how a tools/call answer says it went: the tool's own error
+/// (`isError: true`, which the span names `tool_error`), or the server's JSON-RPC
+/// `error`. Neither is a successful call, so `requires` remembers neither.
+fn judge(message: &Value, outcome: &mut Outcome) {
+    if message.pointer("/result/isError") == Some(&Value::Bool(true)) {
+        outcome.tool_error();
+    } else if message.get("error").is_some() {
+        outcome.rpc_error();
+    }
 }
 
 /// The refusal of a lead whose call did not settle within its timeout.
@@ -404,9 +404,7 @@ async fn deliver(
                 .await
                 .map_err(|f| Refusal::of_call(f.reject(asked(contract))))?;
             let shaped = shape_answer(contract, value).map_err(Refusal::of_call)?;
-            if is_tool_error(&shaped) {
-                outcome.tool_error();
-            }
+            judge(&shaped, outcome);
             let bytes = serde_json::to_vec(&shaped).unwrap_or_default();
             clean(&mut parts.headers);
             parts
@@ -424,7 +422,8 @@ async fn deliver(
 }
 
 /// An unshaped JSON answer, streamed through as it arrives while [`tool_error::Scan`]
-/// looks for `result.isError: true`; the call's span ends with the stream and says so.
+/// looks for `result.isError: true` (or a JSON-RPC `error`); the call's span ends with the
+/// stream and says so.
 fn watched(
     ex: &Inbound<'_>,
     response: Response<Incoming>,
@@ -436,10 +435,12 @@ fn watched(
     let mut scan = tool_error::Scan::default();
     let body = incoming
         .map_frame(move |frame| {
-            if let Some(data) = frame.data_ref().filter(|_| !scan.found()) {
+            if let Some(data) = frame.data_ref().filter(|_| !scan.done()) {
                 scan.feed(data);
                 if scan.found() {
                     follow_up.tool_error();
+                } else if scan.rpc_error() {
+                    follow_up.rpc_error();
                 }
             }
             frame
@@ -523,9 +524,8 @@ impl Rewrite for CallRewrite {
     fn answer(&mut self, message: Value) -> Value {
         match shape_answer(self.snapshot.contract(self.tool), message) {
             Ok(message) => {
-                if let Some(follow_up) = self.follow_up.as_mut().filter(|_| is_tool_error(&message))
-                {
-                    follow_up.tool_error();
+                if let Some(follow_up) = self.follow_up.as_mut() {
+                    follow_up.judge(&message);
                 }
                 message
             }

@@ -1,5 +1,5 @@
 //! Whether a JSON answer that streams through unread is a tool's own error
-//! (`result.isError: true`), found as its bytes pass.
+//! (`result.isError: true`) or the server's JSON-RPC `error`, found as its bytes pass.
 //!
 //! A tools/call answered with one JSON body and a contract that shapes nothing is passed
 //! to the agent as it arrives, never buffered (it may be large). Its span must still say
@@ -31,6 +31,8 @@ pub struct Scan {
     literal: Option<[u8; 5]>,
     literal_len: usize,
     found: bool,
+    /// The top-level object has an `error` object: a JSON-RPC error, not a result.
+    rpc_error: bool,
 }
 
 /// The longest key compared (`isError`, `result`).
@@ -38,12 +40,12 @@ const KEY: usize = 8;
 
 impl Scan {
     pub fn feed(&mut self, bytes: &[u8]) {
-        if self.found {
+        if self.done() {
             return;
         }
         for &b in bytes {
             self.byte(b);
-            if self.found {
+            if self.done() {
                 return;
             }
         }
@@ -52,6 +54,16 @@ impl Scan {
     /// Whether the answer so far said `result.isError: true`.
     pub fn found(&self) -> bool {
         self.found
+    }
+
+    /// Whether the answer is a JSON-RPC error (its top-level `error` object opened).
+    pub fn rpc_error(&self) -> bool {
+        self.rpc_error
+    }
+
+    /// Whether the answer has said how the call went: nothing later changes it.
+    pub fn done(&self) -> bool {
+        self.found || self.rpc_error
     }
 
     fn byte(&mut self, b: u8) {
@@ -80,6 +92,8 @@ impl Scan {
             b'{' | b'[' => {
                 let is_object = b == b'{';
                 let entering_result = self.depth == 1 && self.after_colon && self.key_is(b"result");
+                self.rpc_error |=
+                    self.depth == 1 && self.after_colon && is_object && self.key_is(b"error");
                 self.depth += 1;
                 if let Some(level) = self.objects.get_mut(self.depth as usize - 1) {
                     *level = is_object;
@@ -194,6 +208,33 @@ mod tests {
             "",
         ] {
             assert!(!scan(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_json_rpc_error_is_told_apart_wherever_the_answer_is_cut() {
+        let rpc = |text: &str| {
+            let mut whole = Scan::default();
+            whole.feed(text.as_bytes());
+            for cut in 0..text.len() {
+                let mut split = Scan::default();
+                split.feed(&text.as_bytes()[..cut]);
+                split.feed(&text.as_bytes()[cut..]);
+                assert_eq!(split.rpc_error(), whole.rpc_error(), "cut at {cut}: {text}");
+            }
+            whole.rpc_error() && !whole.found()
+        };
+        assert!(rpc(
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"x"}}"#
+        ));
+        assert!(rpc(r#"{ "error" : {"code": 1}, "id": "a"}"#));
+        for text in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"error":{"a":1}}}"#,
+            r#"{"result":{"structuredContent":{"error":{"code":1}}}}"#,
+            r#"{"result":{"text":"\"error\":{}"}}"#,
+            r#"{"error":"not an object"}"#,
+        ] {
+            assert!(!rpc(text), "{text}");
         }
     }
 }
