@@ -165,17 +165,23 @@ impl Scan {
 mod tests {
     use super::*;
 
-    fn scan(text: &str) -> bool {
+    /// The scan of `text` whole, checked against the same text cut anywhere (byte by
+    /// byte included): the same answer.
+    fn scanned(text: &str) -> Scan {
         let mut whole = Scan::default();
         whole.feed(text.as_bytes());
-        // Cut anywhere, byte by byte included: the same answer.
         for cut in 0..text.len() {
             let mut split = Scan::default();
             split.feed(&text.as_bytes()[..cut]);
             split.feed(&text.as_bytes()[cut..]);
             assert_eq!(split.found(), whole.found(), "cut at {cut}: {text}");
+            assert_eq!(split.rpc_error(), whole.rpc_error(), "cut at {cut}: {text}");
         }
-        whole.found()
+        whole
+    }
+
+    fn scan(text: &str) -> bool {
+        scanned(text).found()
     }
 
     #[test]
@@ -214,15 +220,8 @@ mod tests {
     #[test]
     fn a_json_rpc_error_is_told_apart_wherever_the_answer_is_cut() {
         let rpc = |text: &str| {
-            let mut whole = Scan::default();
-            whole.feed(text.as_bytes());
-            for cut in 0..text.len() {
-                let mut split = Scan::default();
-                split.feed(&text.as_bytes()[..cut]);
-                split.feed(&text.as_bytes()[cut..]);
-                assert_eq!(split.rpc_error(), whole.rpc_error(), "cut at {cut}: {text}");
-            }
-            whole.rpc_error() && !whole.found()
+            let scan = scanned(text);
+            scan.rpc_error() && !scan.found()
         };
         assert!(rpc(
             r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"x"}}"#
