@@ -138,6 +138,16 @@ impl<'a> Call<'a> {
             .finish()
     }
 
+    /// The fingerprint loop detection compares, when `limits` compare calls (`maxRepeats`,
+    /// `maxSame`) and the call has a session or task to compare within. Fingerprinting
+    /// encodes the arguments canonically and hashes them, the largest cost of a
+    /// task-scoped call whose policy only counts calls or orders them (`requires`), so
+    /// memory and the Redis script both ask here and skip it otherwise.
+    pub fn compared(&self, limits: Option<&SessionLimits>) -> Option<Key> {
+        let compares = limits.is_some_and(|l| l.max_repeats.is_some() || l.max_same.is_some());
+        (compares && self.session.is_some()).then(|| self.fingerprint())
+    }
+
     pub fn fingerprint(&self) -> Key {
         *self.fingerprint.get_or_init(|| {
             let mut key = KeyBuilder::new("call");

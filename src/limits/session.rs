@@ -81,7 +81,9 @@ impl Sessions {
         let max_calls = limits.and_then(|l| l.max_calls);
         let max_repeats = limits.and_then(|l| l.max_repeats);
         let max_same = limits.and_then(|l| l.max_same);
-        let fingerprint = compared_by(call, max_repeats, max_same);
+        // Zeros when nothing compares calls: no call's fingerprint, so should the limits
+        // change, the next call's streak starts at one.
+        let fingerprint = call.compared(limits).unwrap_or_default();
         let now = self.clock.now();
         // `limits.sessionIdleSeconds` has no upper bound: saturate rather than overflow.
         let expires_at = now.saturating_add(self.idle);
@@ -186,18 +188,6 @@ fn key(agent: &str, session: &str) -> Key {
         .text(agent)
         .text(session)
         .finish()
-}
-
-/// The call's fingerprint when loop detection compares calls (`maxRepeats`, `maxSame`);
-/// zeros otherwise. Fingerprinting encodes the arguments canonically and hashes them,
-/// the largest cost of a task-scoped call whose policy only counts calls or orders them
-/// (`requires`), so it is skipped there. A fingerprint of zeros is no call's: should
-/// the limits change, the next call's streak starts at one.
-fn compared_by(call: &Call<'_>, max_repeats: Option<u32>, max_same: Option<u32>) -> Key {
-    match max_repeats.is_some() || max_same.is_some() {
-        true => call.fingerprint(),
-        false => Key::default(),
-    }
 }
 
 #[cfg(test)]

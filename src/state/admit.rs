@@ -122,7 +122,8 @@ pub fn invocation<'a>(
         .arg(session.and_then(|s| s.max_calls).map_or(-1, |n| n as i64))
         .arg(session.and_then(|s| s.max_repeats).map_or(-1, i64::from))
         .arg(idle_ms)
-        .arg(compared(call, session))
+        // Empty when nothing compares calls; the script then never reads it.
+        .arg(call.compared(session).map(hex::encode).unwrap_or_default())
         .arg(claim.map_or(0, |(_, window)| window.as_millis().max(1) as u64))
         .arg(claim.map_or_else(Vec::new, |(c, _)| c.running.clone()))
         .arg(if limits.shadow { "1" } else { "0" })
@@ -137,17 +138,6 @@ pub fn invocation<'a>(
         invocation.arg(per_day).arg(expiry);
     }
     invocation
-}
-
-/// The call's fingerprint as the script compares it for `maxRepeats` and `maxSame`;
-/// empty when neither applies, sparing the canonical encoding and hash of the arguments
-/// (`limits::session` does the same in memory).
-fn compared(call: &Call<'_>, session: Option<&SessionLimits>) -> String {
-    let compares = session.is_some_and(|s| s.max_repeats.is_some() || s.max_same.is_some());
-    match compares && call.session.is_some() {
-        true => hex::encode(call.fingerprint()),
-        false => String::new(),
-    }
 }
 
 /// Reads the script's answer. `Err` is an answer the script can't have given.
