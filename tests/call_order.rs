@@ -266,6 +266,105 @@ async fn call_order_and_budgets_hold_across_replicas_on_redis() {
     b.stop().await;
 }
 
+/// A spend budget pays only for calls that reached the backend: a refund the backend
+/// turned away with a 503 (it ran nothing) and a ping it never got (nothing listened)
+/// are given back, so the day's budget is whole when the backend comes back.
+async fn budgets_are_given_back_when_nothing_ran(state: Option<&str>) {
+    let turned_away = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = turned_away.clone();
+    let refunds = Backend::start(Arc::new(move |seen: &Seen| {
+        let json = ("content-type", "application/json".to_string());
+        if seen.uri.starts_with("/refunds")
+            && count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3
+        {
+            return (503, vec![json], "{}".into(), Duration::ZERO);
+        }
+        (
+            200,
+            vec![json],
+            r#"{"status":"delivered"}"#.into(),
+            Duration::ZERO,
+        )
+    }))
+    .await;
+    // Nothing listens where the pings go until the end.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let down = dead.local_addr().unwrap();
+    drop(dead);
+    let start = |upstream| {
+        let url = state.map(str::to_string);
+        Harness::start(
+            upstream,
+            Options {
+                policies: REFUNDS.into(),
+                tweak: Box::new(move |s| {
+                    if let Some(url) = url {
+                        s.state.backend = StateBackend::Redis;
+                        s.state.redis.url = url;
+                        s.state.redis.timeout_ms = 500;
+                    }
+                }),
+                ..Options::default()
+            },
+        )
+    };
+    let h = start(refunds.addr).await;
+    assert_eq!(get_order(&h, "A", "s").await.status, 200);
+    // Three refunds of 60 against a budget of 100, each turned away before it ran.
+    // (Amounts differ so that `maxSame` sees different calls.)
+    for amount in 61..64 {
+        let r = refund(&h, "A", amount, "s").await;
+        r.assert_refused("BACKEND_UNAVAILABLE", 503);
+    }
+    let r = refund(&h, "A", 60, "s").await;
+    assert_eq!(
+        r.status, 200,
+        "the budget paid for calls that never ran: {}",
+        r.text
+    );
+    refund(&h, "A", 41, "s")
+        .await
+        .assert_refused("BUDGET_EXHAUSTED", 429);
+    h.stop().await;
+    // Pings (2 a day) to a backend that isn't there, then to one that is.
+    let p = start(down).await;
+    for _ in 0..3 {
+        let r = p.call("GET", "/ping", Some(OPS_TOKEN), &[], "").await;
+        r.assert_refused("BACKEND_UNAVAILABLE", 503);
+    }
+    let up = Backend::start_on(down, refunds_handler()).await;
+    for _ in 0..2 {
+        let r = p.call("GET", "/ping", Some(OPS_TOKEN), &[], "").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+    }
+    p.call("GET", "/ping", Some(OPS_TOKEN), &[], "")
+        .await
+        .assert_refused("BUDGET_EXHAUSTED", 429);
+    assert_eq!(up.seen.lock().unwrap().len(), 2);
+    p.stop().await;
+}
+
+fn refunds_handler() -> Handler {
+    Arc::new(|_: &Seen| {
+        let json = ("content-type", "application/json".to_string());
+        (200, vec![json], "{}".into(), Duration::ZERO)
+    })
+}
+
+#[tokio::test]
+async fn budgets_are_given_back_when_nothing_ran_memory() {
+    budgets_are_given_back_when_nothing_ran(None).await;
+}
+
+#[tokio::test]
+async fn budgets_are_given_back_when_nothing_ran_redis() {
+    if !common::redis::available() {
+        return;
+    }
+    let server = common::redis::Server::start(&[]).await;
+    budgets_are_given_back_when_nothing_ran(Some(&server.url())).await;
+}
+
 /// A sidecar that trusts `orchestrator`'s task tokens.
 async fn with_tasks(upstream: std::net::SocketAddr, policies: &str, key: &SigningKey) -> Harness {
     let dir = tempfile::tempdir().unwrap();

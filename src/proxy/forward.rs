@@ -18,6 +18,7 @@
 use http::Response;
 use hyper::body::Incoming;
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,7 @@ use crate::proxy::backend::{Asked, Backend, Keep};
 use crate::proxy::call::Ground;
 use crate::proxy::conventions;
 use crate::proxy::outcome::Outcome;
+use crate::proxy::refund::Refund;
 use crate::state::admit::Claim;
 use crate::state::{self, admit::Admission, admit::Limits};
 use crate::telemetry::convention_metrics::{self, ErrorType};
@@ -163,6 +165,9 @@ async fn forward_once<S: Backend>(
     // With shared state, the claim every replica sees; the local table still goes first,
     // so this pod's duplicates join here and only a local lead asks Redis.
     let claim = ground.shared.map(|shared| shared.claim_for(call));
+    // Whether the lead's admission charged its spend budgets (not under a shadow
+    // override): then a send that proves nothing ran gives the charge back.
+    let charged = AtomicBool::new(false);
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
         let span = start_client(
@@ -181,12 +186,17 @@ async fn forward_once<S: Backend>(
             backend,
             claim: claim.clone(),
             ownership: ownership.lock().ok().and_then(|mut o| o.take()),
+            refund: charged
+                .load(Ordering::Relaxed)
+                .then(|| Refund::of(ground, call))
+                .flatten(),
         };
         sent.finish(ground, &contract.tool, buffered)
     };
     let mut shadowed = None;
     let mut denied = false;
     let (shadowed_at, denied_at, claim_at) = (&mut shadowed, &mut denied, &claim);
+    let charged_at = &charged;
     let plan_of_lead = Lead {
         contract,
         policy,
@@ -197,6 +207,8 @@ async fn forward_once<S: Backend>(
         let (shadowed, denied, claim) = (shadowed_at, denied_at, claim_at);
         async move {
             let lead = admit_lead(ground, &plan_of_lead, claim.as_ref(), window).await;
+            let sends = matches!(lead.cleared, Ok(Clearance::Send));
+            charged_at.store(sends && lead.shadowed.is_none(), Ordering::Relaxed);
             *shadowed = lead.shadowed;
             *denied = lead.denied;
             lead.cleared
@@ -256,12 +268,14 @@ struct Sending {
     backend: Client,
     claim: Option<Claim>,
     ownership: Option<action::Ownership>,
+    /// The spend its admission charged, given back if the call certainly did not run.
+    refund: Option<Refund>,
 }
 
 impl Sending {
     /// Waits for the backend's kept answer, then ends the client span and counts it,
-    /// stores the outcome for other replicas' duplicates and gives the action back if
-    /// the call certainly did not run. Borrows nothing: it runs detached.
+    /// stores the outcome for other replicas' duplicates and gives the action and the
+    /// spend back if the call certainly did not run. Borrows nothing: it runs detached.
     fn finish<F>(
         self,
         ground: &Ground<'_, impl Backend>,
@@ -275,6 +289,7 @@ impl Sending {
         let tool = tool.to_string();
         let shared = ground.shared.cloned().zip(self.claim);
         let (span, backend, ownership) = (self.span, self.backend, self.ownership);
+        let refund = self.refund;
         async move {
             let sent = Instant::now();
             let Received { settled, status } = buffered.await;
@@ -289,8 +304,13 @@ impl Sending {
                 let kept = settled.clone();
                 tokio::spawn(async move { shared.settle(&claim, &kept).await });
             }
-            if let (Some(ownership), Settled::Failed { ran: Ran::No, .. }) = (ownership, &settled) {
-                ownership.release();
+            if let Settled::Failed { ran: Ran::No, .. } = &settled {
+                if let Some(ownership) = ownership {
+                    ownership.release();
+                }
+                if let Some(refund) = refund {
+                    refund.give_back().await;
+                }
             }
             settled
         }
@@ -397,6 +417,16 @@ async fn forward_idempotent<S: Backend>(
     );
     let sent = Instant::now();
     let response = ground.backend.send(exchange, contract.timeout, retry).await;
+    // Admission charged the call's spend budgets (unless a shadow policy overrode a
+    // limit, or the shared state failed open): a call that never ran gets it back.
+    let charged = shadowed.is_none() && !state_failed_open;
+    if let (Err(failure), true) = (&response, charged) {
+        if failure.ran() == Ran::No {
+            if let Some(refund) = Refund::of(ground, call) {
+                refund.give_back().await;
+            }
+        }
+    }
     let response = response.map_err(|f| f.reject(Asked::call(true, contract.timeout)));
     let (status, failure) = match &response {
         Ok(response) => (Some(response.status().as_u16()), None),

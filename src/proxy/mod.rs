@@ -18,6 +18,7 @@ pub mod media;
 pub mod outcome;
 pub mod path_check;
 pub mod pipeline;
+pub mod refund;
 pub mod render;
 pub mod rest;
 pub mod seeds;

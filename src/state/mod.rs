@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Redis as Settings;
+use crate::limits::budget::Charges;
 use crate::limits::dedupe::{Ran, Settled};
 use crate::limits::Call;
 use crate::telemetry::metrics::Metrics;
@@ -158,6 +159,34 @@ impl Shared {
         }
     }
 
+    /// Gives back what admission charged `agent`'s spend budgets for a call the backend
+    /// never got (DESIGN §16: a budget pays for calls that ran). Best effort: a refund
+    /// lost to an unreachable Redis leaves the call charged, the safe side.
+    pub async fn refund(&self, agent: &str, charges: &Charges) {
+        if charges.cost == 0 {
+            return;
+        }
+        let keys: Vec<String> = charges
+            .budgets
+            .iter()
+            .map(|c| self.keys.budget(agent, &c.budget, &c.day))
+            .collect();
+        let cost = charges.cost;
+        let refunded = self
+            .link
+            .call(Op::Admit, |mut conn| async move {
+                let mut invocation = REFUND.prepare_invoke();
+                for key in keys {
+                    invocation.key(key);
+                }
+                invocation.arg(cost).invoke_async::<i64>(&mut conn).await
+            })
+            .await;
+        if let Err(e) = refunded {
+            tracing::warn!(error = %e, "a spend budget's charge for a call that never ran was not given back");
+        }
+    }
+
     /// Deletes `key` if it still holds `value` (what this pod wrote there).
     async fn release_value(&self, key: String, running: Vec<u8>) {
         let _ = self
@@ -220,6 +249,22 @@ if ARGV[3] == '0' then
   redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 else
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1",
+    )
+});
+
+/// Takes a refunded cost off each budget key that still exists (a day gone is not
+/// brought back), never below zero, keeping its expiry.
+static REFUND: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local cost = tonumber(ARGV[1])
+for _, key in ipairs(KEYS) do
+  local spent = tonumber(redis.pcall('GET', key))
+  if spent then
+    redis.call('SET', key, string.format('%.0f', math.max(0, spent - cost)), 'KEEPTTL')
+  end
 end
 return 1",
     )

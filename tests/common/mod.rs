@@ -47,7 +47,12 @@ pub struct Backend {
 
 impl Backend {
     pub async fn start(handler: Handler) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Backend::start_on("127.0.0.1:0".parse().unwrap(), handler).await
+    }
+
+    /// A backend on `addr` (one a sidecar was pointed at before anything listened).
+    pub async fn start_on(addr: SocketAddr, handler: Handler) -> Backend {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let record = seen.clone();

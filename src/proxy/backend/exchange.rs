@@ -85,7 +85,9 @@ impl Exchange {
 /// A retry starts only if, after its backoff, there is still as much time left as the
 /// last attempt took: one that would likely be cut off is not worth the backend's load.
 /// When a retry is cut off anyway, the answer is "unavailable" (what the backend last
-/// said), not a timeout of the one attempt.
+/// said), not a timeout of the one attempt. The failure says a call may have run if any
+/// attempt may have: one that broke before its answer, then a refused connect, is not
+/// "unreachable" (which would say nothing ran, and give back its spend).
 pub async fn send_retrying(
     upstream: &Upstream,
     exchange: &Exchange,
@@ -94,6 +96,7 @@ pub async fn send_retrying(
     let deadline = Instant::now() + budget;
     let mut backoff = Backoff::default();
     let mut retried = false;
+    let mut maybe_ran = false;
     loop {
         let started = Instant::now();
         let result = exchange
@@ -103,9 +106,14 @@ pub async fn send_retrying(
             Ok(response) => response.status() == StatusCode::SERVICE_UNAVAILABLE,
             Err(failure) => matches!(failure, Failure::Unreachable | Failure::NoHead),
         };
+        maybe_ran |= matches!(result, Err(Failure::NoHead));
+        let unavailable = match maybe_ran {
+            true => Failure::NoHead,
+            false => Failure::Unreachable,
+        };
         if !retryable {
             return match result {
-                Err(Failure::NoHeadInTime) if retried => Err(Failure::Unreachable),
+                Err(Failure::NoHeadInTime) if retried => Err(unavailable),
                 other => other,
             };
         }
@@ -114,7 +122,10 @@ pub async fn send_retrying(
             .next_delay()
             .filter(|d| *d + took < deadline.saturating_duration_since(Instant::now()))
         else {
-            return result;
+            return match result {
+                Err(Failure::Unreachable) => Err(unavailable),
+                other => other,
+            };
         };
         tracing::debug!(
             delay_ms = delay.as_millis() as u64,
