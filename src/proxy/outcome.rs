@@ -387,6 +387,17 @@ impl Outcome {
         }
     }
 
+    /// What `requires` remembers of the call, taken now that its answer is known to have
+    /// succeeded (a streamed call, before the answer reaches the agent: its next call,
+    /// sent as soon as it reads the answer, must find it). `None` if it didn't succeed
+    /// or there is nothing to remember; either way nothing is left for [`close`].
+    ///
+    /// [`close`]: Self::close
+    pub fn take_remembered(&mut self) -> Option<crate::state::remember::Remember> {
+        let remember = self.remember.take()?;
+        self.succeeded().then_some(*remember)
+    }
+
     /// The call was allowed and answered successfully: what `requires` counts as prior.
     fn succeeded(&self) -> bool {
         self.decision == Decision::Allow

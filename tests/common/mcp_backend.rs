@@ -275,6 +275,15 @@ async fn call(seen: &Seen, id: &Value, hold: &Arc<Notify>) -> Response<Body> {
             vec![],
             Hold::Nothing,
         ),
+        // The result first, then the stream stays open a while (a trailing note).
+        name if name.starts_with("lingers") => sse(
+            vec![event(&result(
+                id,
+                json!({"content": [{"type": "text", "text": "ok"}]}),
+            ))],
+            vec![event(&progress)],
+            Hold::Sleep(Duration::from_secs(3)),
+        ),
         name if name.starts_with("slow_stream") => {
             let done = result(id, json!({"content": [{"type": "text", "text": "done"}]}));
             let hold = match name {

@@ -19,6 +19,9 @@ use crate::proxy::backend::sse::{Event, Parser};
 use crate::proxy::backend::Failure;
 use crate::proxy::body::{Body, BoxError};
 
+/// Work that must finish before a rewritten answer goes on to the client.
+pub type Before = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// What to do with the response to the forwarded request.
 pub trait Rewrite: Send + Sync + 'static {
     /// The message to deliver instead of `message` (the upstream's result or error).
@@ -28,6 +31,11 @@ pub trait Rewrite: Send + Sync + 'static {
     /// On a resumed stream: the message to deliver for a replayed response, or `None` to
     /// drop one that can't be tied to a call (and so can't be checked).
     fn replayed(&mut self, _message: Value) -> Option<Value> {
+        None
+    }
+    /// What must be done before the rewritten response (just returned by
+    /// [`answer`](Self::answer)) goes on to the client.
+    fn before_delivery(&mut self) -> Option<Before> {
         None
     }
 }
@@ -131,10 +139,17 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
                 return None;
             }
             if let Some(event) = self.parser.next_event(self.eof) {
-                match self.process(event) {
-                    Some(bytes) => return Some(bytes),
-                    None => continue,
+                let answered = self.answered;
+                let Some(bytes) = self.process(event) else {
+                    continue;
+                };
+                if self.answered && !answered {
+                    // Spawned and awaited: the body must stay `Sync`, the work needn't.
+                    if let Some(before) = self.rewrite.before_delivery().map(tokio::spawn) {
+                        let _ = before.await;
+                    }
                 }
+                return Some(bytes);
             }
             if self.eof {
                 return None;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::limits::once::unknown_outcome;
 use crate::proxy::gate::Gate;
+use crate::proxy::mcp::answer::Before;
 use crate::proxy::outcome::Outcome;
 use crate::vocab::Reject;
 
@@ -66,6 +67,13 @@ impl FollowUp {
         if let Some(outcome) = &mut self.outcome {
             super::judge(message, outcome);
         }
+    }
+
+    /// The answer just read succeeded: what `requires` remembers of the call, to be
+    /// written before the answer goes on (DESIGN §16: the agent's next call must see it).
+    pub fn remember(&mut self) -> Option<Before> {
+        let remember = self.outcome.as_mut()?.take_remembered()?;
+        Some(Box::pin(remember.commit()))
     }
 
     pub fn record(mut self, reject: &Reject) {

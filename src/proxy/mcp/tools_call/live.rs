@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use crate::limits::dedupe::{Flight, Settled};
 use crate::proxy::backend::relay::Relayed;
 use crate::proxy::body::{Body, BoxError};
+use crate::proxy::mcp::answer::Before;
 
 /// How long a lead waits for the flight to settle once relaying has ended: the collector
 /// settles it as it returns, so this only covers the step between the two.
@@ -38,7 +39,7 @@ const SETTLE_GRACE: Duration = Duration::from_secs(1);
 /// ends as the upstream's did, and the client resumes the session's stream.
 pub fn body<F>(relayed: Relayed, flight: Arc<Flight>, deadline: Instant, finish: F) -> Body
 where
-    F: FnOnce(Option<Arc<Settled>>) -> Value + Send + Sync + 'static,
+    F: FnOnce(Option<Arc<Settled>>) -> (Value, Option<Before>) + Send + Sync + 'static,
 {
     let state = Some(Lead {
         events: relayed.events,
@@ -60,7 +61,11 @@ where
             // Out of time while the call runs on: the lead is answered now.
             Err(_) => lead.flight.settled(),
         };
-        let message = (lead.finish)(settled);
+        let (message, before) = (lead.finish)(settled);
+        // Spawned and awaited: the body must stay `Sync`, the work needn't.
+        if let Some(before) = before.map(tokio::spawn) {
+            let _ = before.await;
+        }
         let data = serde_json::to_string(&message).unwrap_or_default();
         let last = Bytes::from(format!("event: message\ndata: {data}\n\n"));
         Some((Ok(Frame::data(last)), None))

@@ -6,7 +6,8 @@
 //! - [`live`]: an at-most-once lead's progress, relayed while the call runs;
 //! - [`result`]: the tool result shaped by its contract, live or kept for duplicates;
 //! - [`follow_up`]: the record of a streamed call after its head went out;
-//! - [`tool_error`]: spotting `isError: true` in an answer streamed through unread.
+//! - [`tool_error`]: spotting `isError: true` in an answer streamed through unread;
+//! - [`watched`]: such an answer, streamed through, its success remembered before its end.
 //!
 //! Delivery depends on what the upstream answers:
 //! - JSON: streamed through when the contract shapes nothing, else read (bounded by
@@ -24,16 +25,16 @@ pub mod live;
 pub mod proposal;
 pub mod result;
 pub mod tool_error;
+pub mod watched;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-use super::answer::{rewrite_sse, Rewrite};
+use super::answer::{rewrite_sse, Before, Rewrite};
 use super::forward::{self, clean, stream_through, Outbound};
 use super::jsonrpc::Message;
 use super::reply::{self, Refusal};
@@ -316,12 +317,13 @@ async fn lead(
         };
         match answered {
             Ok((_, message)) => {
-                if let Some(follow_up) = rewrite.follow_up.as_mut() {
+                let before = rewrite.follow_up.as_mut().and_then(|follow_up| {
                     follow_up.judge(&message);
-                }
-                message
+                    follow_up.remember()
+                });
+                (message, before)
             }
-            Err(reject) => rewrite.refused(reject),
+            Err(reject) => (rewrite.refused(reject), None),
         }
     };
     let headers = std::mem::take(&mut relayed.headers);
@@ -421,33 +423,14 @@ async fn deliver(
     }
 }
 
-/// An unshaped JSON answer, streamed through as it arrives while [`tool_error::Scan`]
-/// looks for `result.isError: true` (or a JSON-RPC `error`); the call's span ends with the
-/// stream and says so.
+/// An unshaped JSON answer, streamed through while watched ([`watched`]).
 fn watched(
     ex: &Inbound<'_>,
-    response: Response<Incoming>,
+    mut response: Response<Incoming>,
     outcome: &mut Outcome,
 ) -> Response<Body> {
-    let (mut parts, incoming) = response.into_parts();
-    clean(&mut parts.headers);
-    let mut follow_up = FollowUp::of(ex.gate, outcome);
-    let mut scan = tool_error::Scan::default();
-    let body = incoming
-        .map_frame(move |frame| {
-            if let Some(data) = frame.data_ref().filter(|_| !scan.done()) {
-                scan.feed(data);
-                if scan.found() {
-                    follow_up.tool_error();
-                } else if scan.rpc_error() {
-                    follow_up.rpc_error();
-                }
-            }
-            frame
-        })
-        .map_err(Into::into)
-        .boxed();
-    Response::from_parts(parts, body)
+    clean(response.headers_mut());
+    watched::response(response, FollowUp::of(ex.gate, outcome))
 }
 
 /// The answer to a call of a batch, read whole.
@@ -536,5 +519,9 @@ impl Rewrite for CallRewrite {
     fn failed(&mut self, failure: Failure) -> Value {
         let reject = failure.reject(asked(self.snapshot.contract(self.tool)));
         self.refused(reject)
+    }
+
+    fn before_delivery(&mut self) -> Option<Before> {
+        self.follow_up.as_mut()?.remember()
     }
 }
