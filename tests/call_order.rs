@@ -367,6 +367,17 @@ async fn budgets_are_given_back_when_nothing_ran_redis() {
 
 /// A sidecar that trusts `orchestrator`'s task tokens.
 async fn with_tasks(upstream: std::net::SocketAddr, policies: &str, key: &SigningKey) -> Harness {
+    with_tasks_on(upstream, policies, key, None).await
+}
+
+/// [`with_tasks`], its state on the Redis at `redis` if given.
+async fn with_tasks_on(
+    upstream: std::net::SocketAddr,
+    policies: &str,
+    key: &SigningKey,
+    redis: Option<&str>,
+) -> Harness {
+    let url = redis.map(str::to_string);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("task-jwks.json");
     std::fs::write(&path, jwks(&[key])).unwrap();
@@ -382,6 +393,11 @@ async fn with_tasks(upstream: std::net::SocketAddr, policies: &str, key: &Signin
                     audience: None,
                     require_agent: true,
                 }];
+                if let Some(url) = url {
+                    s.state.backend = StateBackend::Redis;
+                    s.state.redis.url = url;
+                    s.state.redis.timeout_ms = 500;
+                }
             }),
             ..Options::default()
         },
@@ -665,6 +681,186 @@ async fn call_order_and_budgets_over_mcp_redis() {
     .await;
     mcp_flow(&h, &backend, &key).await;
     h.stop().await;
+}
+
+/// A rule counting calls (`session.calls`) counts what the call's limits key on: with a
+/// task token, the task, whatever session ids the agent invents.
+const COUNTED: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: ping}
+spec: {tool: ping, http: {method: GET, path: /ping}}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  session: {maxCalls: 50}
+  tools:
+    - name: ping
+      rules:
+        - {name: two-per-task, expr: "session.calls < 2"}
+"#;
+
+async fn session_calls_count_the_task(redis: Option<&str>) {
+    let key = SigningKey::ec("o-ec");
+    let backend = shop().await;
+    let h = with_tasks_on(backend.addr, COUNTED, &key, redis).await;
+    let t = task(&key, "ops-bot", json!({"task_id": "T-count"}));
+    let ping = |session: &'static str| {
+        let t = t.clone();
+        let h = &h;
+        async move {
+            let headers = [
+                ("x-toolgate-task", t.as_str()),
+                ("x-toolgate-session", session),
+            ];
+            h.call("GET", "/ping", Some(OPS_TOKEN), &headers, "").await
+        }
+    };
+    assert_eq!(ping("s-1").await.status, 200);
+    assert_eq!(ping("s-2").await.status, 200);
+    let r = ping("s-3").await;
+    r.assert_refused("POLICY_DENIED", 403);
+    assert_eq!(r.json["error"]["rule"], "two-per-task", "{}", r.text);
+    // Without a task token, a session counts its own calls.
+    let r = h
+        .call(
+            "GET",
+            "/ping",
+            Some(OPS_TOKEN),
+            &[("x-toolgate-session", "s-9")],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn session_calls_count_the_task_memory() {
+    session_calls_count_the_task(None).await;
+}
+
+#[tokio::test]
+async fn session_calls_count_the_task_redis() {
+    if !common::redis::available() {
+        return;
+    }
+    let server = common::redis::Server::start(&[]).await;
+    session_calls_count_the_task(Some(&server.url())).await;
+}
+
+/// Tools answering with an event stream that stays open after the result: what the
+/// dependent calls need must be remembered by the time the agent reads the result, not
+/// when the stream ends.
+const LINGERING: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: lingers}
+spec: {tool: lingers}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: lingers-idempotent}
+spec: {tool: lingers_idempotent, idempotent: true}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: read-logs}
+spec: {tool: read_logs}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: ping}
+spec: {tool: ping}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: AgentPolicy
+metadata: {name: ops-bot}
+spec:
+  agents: [ops-bot]
+  tools:
+    - name: lingers
+    - name: lingers_idempotent
+    - name: read_logs
+      requires: [{tool: lingers, within: task}]
+    - name: ping
+      requires: [{tool: lingers_idempotent, within: task}]
+"#;
+
+/// Calls `tool` on `h`'s MCP endpoint and reads its answer only up to the result event,
+/// leaving the stream open; the connection is handed back to keep it so.
+async fn call_until_result(h: &Harness, tool: &str, task: &str) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = h.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = rpc(1, tool, json!({}));
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: sidecar\r\nauthorization: Bearer {OPS_TOKEN}\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         x-toolgate-task: {task}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut seen = Vec::new();
+    let read = async {
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains("\"result\"") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the stream ended before its result");
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), read)
+        .await
+        .expect("the result arrives before the stream ends");
+    stream
+}
+
+async fn a_streamed_prior_counts_once_its_result_is_read(redis: Option<&str>) {
+    let key = SigningKey::ec("o-ec");
+    let backend = McpBackend::start().await;
+    let h = with_tasks_on(backend.addr, LINGERING, &key, redis).await;
+    let t = task(&key, "ops-bot", json!({"jti": "T-linger"}));
+    let headers = [("x-toolgate-task", t.as_str())];
+    // At most once (the lead relays its stream), then idempotent (re-emitted).
+    for (prior, next) in [("lingers", "read_logs"), ("lingers_idempotent", "ping")] {
+        let open = call_until_result(&h, prior, &t).await;
+        let r = h
+            .call(
+                "POST",
+                "/mcp",
+                Some(OPS_TOKEN),
+                &headers,
+                &rpc(2, next, json!({})),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let code = &r.json["result"]["structuredContent"]["error"]["code"];
+        assert_ne!(
+            code, "CALL_ORDER_VIOLATION",
+            "{next} after {prior}: {}",
+            r.text
+        );
+        drop(open);
+    }
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_streamed_prior_counts_once_its_result_is_read_memory() {
+    a_streamed_prior_counts_once_its_result_is_read(None).await;
+}
+
+#[tokio::test]
+async fn a_streamed_prior_counts_once_its_result_is_read_redis() {
+    if !common::redis::available() {
+        return;
+    }
+    let server = common::redis::Server::start(&[]).await;
+    a_streamed_prior_counts_once_its_result_is_read(Some(&server.url())).await;
 }
 
 #[test]

@@ -14,8 +14,8 @@ use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::policy::rule::{Bindings, HeaderReads};
 use crate::proxy::stage::authorize::authorize;
-use crate::proxy::stage::rules;
 use crate::proxy::stage::validate::{validate, Arguments};
+use crate::proxy::stage::{rules, task_scope};
 use crate::proxy::task_token::Presented;
 use crate::vocab::args::Args;
 use crate::vocab::Agent;
@@ -75,7 +75,10 @@ pub fn decide(
         task: reads.task.then(|| request.task.claims().cloned()).flatten(),
         session: reads.session.then(|| {
             let calls = match tallies {
-                Tallies::Local(ledger) => ledger.session_calls(&agent.id, request.session),
+                Tallies::Local(ledger) => {
+                    let counted = task_scope::counted(policy, request.task, request.session);
+                    ledger.session_calls(&agent.id, counted.as_deref())
+                }
                 Tallies::Shared { session_calls } => session_calls,
             };
             json!({"id": request.session, "calls": calls})

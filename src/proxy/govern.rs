@@ -28,8 +28,8 @@ use crate::policy::{Snapshot, ToolId};
 use crate::proxy::decide::{decide, RequestView, Tallies};
 use crate::proxy::gate::Gate;
 use crate::proxy::seeds::{self, Asked};
-use crate::proxy::stage::authorize;
 use crate::proxy::stage::validate::Arguments;
+use crate::proxy::stage::{authorize, task_scope};
 use crate::proxy::task_token::Presented;
 use crate::state::Shared;
 use crate::vocab::{Agent, Args, Code, Decision, Reject};
@@ -179,7 +179,7 @@ pub async fn govern<'s>(
     // The arguments as proposed, kept only for what may need them after `decide` has
     // taken them: the record of a refusal, or a shadow policy forwarding it unvalidated.
     let raw_args = (policy.shadow || contract.capture_arguments).then(|| proposal.args.clone());
-    let (tallies, state_failed_open) = tallies(governor, policy, contract, &proposal).await;
+    let (tallies, state_failed_open) = tallies(governor, policy, contract, &proposal, &task).await;
     let decided = decide(
         tallies,
         policy,
@@ -277,6 +277,7 @@ async fn tallies<'g>(
     policy: &Policy,
     contract: &Contract,
     proposal: &Proposal<'_>,
+    task: &Presented<'_>,
 ) -> (Tallies<'g>, bool) {
     let Some(shared) = governor.shared else {
         return (Tallies::Local(governor.ledger), false);
@@ -285,10 +286,13 @@ async fn tallies<'g>(
         .grants
         .get(contract.tool.as_str())
         .is_some_and(|g| g.reads.session && !g.rules.is_empty());
-    let Some(session) = proposal.session.filter(|_| reads_session) else {
+    if !reads_session {
+        return (Tallies::Shared { session_calls: 0 }, false);
+    }
+    let Some(counted) = task_scope::counted(policy, task, proposal.session) else {
         return (Tallies::Shared { session_calls: 0 }, false);
     };
-    match shared.session_calls(&proposal.agent.id, session).await {
+    match shared.session_calls(&proposal.agent.id, &counted).await {
         Ok(session_calls) => (Tallies::Shared { session_calls }, false),
         Err(_) => (Tallies::Shared { session_calls: 0 }, true),
     }

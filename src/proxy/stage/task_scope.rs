@@ -11,6 +11,21 @@ use crate::policy::agent_policy::Policy;
 use crate::proxy::task_token::Presented;
 use crate::vocab::{Code, Reject};
 
+/// The task or session whose calls `session.calls` counts: the one the call's session
+/// limits key on ([`task_scope`]), so a rule counting calls holds across invented
+/// session ids as `maxCalls` does. (The refusal `requireTask` makes is [`task_scope`]'s,
+/// later: here a call without a task counts its session.)
+pub fn counted<'a>(
+    policy: &Policy,
+    token: &Presented<'_>,
+    session: Option<&'a str>,
+) -> Option<std::borrow::Cow<'a, str>> {
+    match task_scope(policy, token) {
+        Ok(Some(task)) => Some(task.into()),
+        _ => session.map(Into::into),
+    }
+}
+
 /// The task scope of the call, if it carries a task token naming a task; `Err` when the
 /// policy requires one and it doesn't.
 pub fn task_scope(policy: &Policy, token: &Presented<'_>) -> Result<Option<String>, Reject> {
