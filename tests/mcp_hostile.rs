@@ -230,6 +230,56 @@ fn shapes() -> Vec<Row> {
             Answer::Tool("POLICY_DENIED"),
             NOTHING,
         ),
+        // Go's encoding/json reads members ignoring case (and `ſ` as `s`): a second
+        // spelling of a member would be judged one way here and run another there.
+        row(
+            "a notification with a Method in capitals",
+            json!({"jsonrpc": "2.0", "method": "notifications/progress", "Method": "tools/call", "ID": 5, "params": {"name": "create_issue", "arguments": {"project_key": "OPS", "title": "x"}}}),
+            Answer::Rpc(400, -32700, MALFORMED),
+            NOTHING,
+        ),
+        row(
+            "a response with a Method",
+            json!({"jsonrpc": "2.0", "id": 7, "result": {}, "Method": "tools/call", "params": {"name": "read_logs"}}),
+            INVALID,
+            NOTHING,
+        ),
+        row(
+            "a ping with a METHOD",
+            json!({"jsonrpc": "2.0", "id": 13, "method": "ping", "METHOD": "tools/call", "params": {"name": "read_logs"}}),
+            Answer::Rpc(400, -32700, MALFORMED),
+            NOTHING,
+        ),
+        row(
+            "params spelled with a long s",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "param\u{017f}": {"name": "read_logs"}}),
+            INVALID,
+            NOTHING,
+        ),
+        row(
+            "a granted call naming another tool as Name",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "read_logs", "arguments": {}, "Name": "echo", "Arguments": {"x": 1}}}),
+            Answer::Rpc(400, -32700, MALFORMED),
+            NOTHING,
+        ),
+        row(
+            "arguments spelled in capitals alone",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "create_issue", "ARGUMENTS": {"project_key": "SEC", "title": "x"}}}),
+            INVALID,
+            NOTHING,
+        ),
+        raw(
+            "an argument given twice in two cases",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_issue","arguments":{"project_key":"OPS","PROJECT_KEY":"SEC","title":"x"}}}"#.into(),
+            Answer::Rpc(400, -32700, MALFORMED),
+            NOTHING,
+        ),
+        raw(
+            "an integer past 64 bits",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"read_logs","arguments":{"n":100000000000000000001}}}"#.into(),
+            Answer::Rpc(400, -32700, MALFORMED),
+            NOTHING,
+        ),
         row("name not a string", json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": ["read_logs"]}}), INVALID, NOTHING),
         row("no name", json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"arguments": {}}}), INVALID, NOTHING),
         row("arguments as a list", call(json!(1), "create_issue", json!(["OPS", "x"])), Answer::Tool("INVALID_ARGUMENTS"), NOTHING),

@@ -1,14 +1,23 @@
-//! JSON bodies read strictly: an object that names a key twice is refused.
+//! JSON bodies read strictly: an object that names a key twice is refused, and so is a
+//! number this reading can't hold exactly.
 //!
 //! RFC 8259 leaves duplicate names to the parser, and parsers disagree: serde_json keeps
 //! the last value, others keep the first or fail. The gateway decides on one reading and
 //! forwards the bytes, so `{"method":"tools/call",…,"method":"ping"}` or
 //! `{"project":"SEC","project":"OPS"}` could be judged as one call and run as another.
-//! Refusing duplicates leaves every reader one meaning.
+//! Refusing duplicates leaves every reader one meaning. Keys are compared **ignoring
+//! case** (Unicode's, so `paramſ` is `params`): Go's `encoding/json`, and the backends
+//! built on it, match member names that way, so `{"amount":5,"Amount":100000}` is one
+//! key read twice for them.
+//!
+//! Numbers: serde_json holds a number as a 64-bit integer or a double. An integer past
+//! 64 bits, or a double past 2^53 whose digits a double rounds, would be judged (and
+//! deduplicated, approved) as a rounded value while the backend gets the digits sent:
+//! `100000000000000000001` and `…002` would be one call. Such a number is refused.
 //!
 //! Both functions drive serde_json's own deserializer, so they accept exactly what
 //! `serde_json::from_slice::<Value>` accepts (same numbers, strings, recursion limit, no
-//! trailing characters) except the duplicates.
+//! trailing characters) except those.
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::map::Entry;
@@ -34,7 +43,59 @@ pub fn check(bytes: &[u8]) -> Result<bool, serde_json::Error> {
 }
 
 fn duplicate<E: de::Error>(key: &str) -> E {
-    E::custom(format_args!("the key {key:?} appears twice in one object"))
+    E::custom(format_args!(
+        "the key {key:?} appears twice in one object (keys are compared ignoring case)"
+    ))
+}
+
+/// A key as compared for duplicates: case folded. Borrowed when it has nothing to fold
+/// (the common, lowercase ASCII key).
+pub fn folded(key: &str) -> Cow<'_, str> {
+    if key.bytes().all(|b| b.is_ascii() && !b.is_ascii_uppercase()) {
+        return Cow::Borrowed(key);
+    }
+    if key.is_ascii() {
+        return Cow::Owned(key.to_ascii_lowercase());
+    }
+    // Upper then lower, so letters with one uppercase and two lowercase forms (ſ, s;
+    // the Kelvin sign, k) meet.
+    Cow::Owned(
+        key.chars()
+            .flat_map(char::to_uppercase)
+            .flat_map(char::to_lowercase)
+            .collect(),
+    )
+}
+
+/// The first key of `keys` that equals another once folded.
+fn folded_duplicate<'k>(keys: impl Iterator<Item = &'k str>) -> Option<&'k str> {
+    let mut folded: Vec<(Cow<'k, str>, &'k str)> = keys.map(|k| (folded(k), k)).collect();
+    if folded.len() < 2 {
+        return None;
+    }
+    // Sorted, so a large object costs n log n, not n².
+    folded.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    folded
+        .windows(2)
+        .find(|pair| pair[0].0 == pair[1].0)
+        .map(|pair| pair[1].1)
+}
+
+/// 2^53: past it a double no longer holds every integer.
+const EXACT: f64 = 9_007_199_254_740_992.0;
+
+/// A double read from the body is refused when it may be a rounded reading of its
+/// digits: an integral value from 2^53 on (an integer literal past 64 bits arrives so,
+/// and so does `1e20`, which the same double would stand for). Every double that large
+/// is integral, so a tool wanting such magnitudes takes them as strings.
+fn exact<E: de::Error>(v: f64) -> Result<f64, E> {
+    if v.fract() == 0.0 && v.abs() >= EXACT {
+        return Err(E::custom(
+            "a number past 2^53 that is not a 64-bit integer can't be read exactly: send \
+             it as a string",
+        ));
+    }
+    Ok(v)
 }
 
 /// Builds a `Value`, as serde_json's own visitor does.
@@ -67,8 +128,8 @@ impl<'de> Visitor<'de> for Tree {
         Ok(Value::from(v))
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        exact(v).map(Value::from)
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
@@ -102,7 +163,10 @@ impl<'de> Visitor<'de> for Tree {
                 Entry::Occupied(taken) => return Err(duplicate(taken.key())),
             }
         }
-        Ok(Value::Object(object))
+        match folded_duplicate(object.keys().map(String::as_str)) {
+            Some(key) => Err(duplicate(key)),
+            None => Ok(Value::Object(object)),
+        }
     }
 }
 
@@ -139,8 +203,8 @@ impl<'de> Visitor<'de> for Walk {
         Ok(false)
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<bool, E> {
-        Ok(false)
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<bool, E> {
+        exact(v).map(|_| false)
     }
 
     fn visit_str<E>(self, _: &str) -> Result<bool, E> {
@@ -162,10 +226,9 @@ impl<'de> Visitor<'de> for Walk {
             map.next_value_seed(Walk)?;
             keys.push(key);
         }
-        // Sorted, so a large object costs n log n, not n²; borrowed where unescaped.
-        keys.sort_unstable();
-        match keys.windows(2).find(|pair| pair[0] == pair[1]) {
-            Some(pair) => Err(duplicate(&pair[0])),
+        // Borrowed where unescaped; compared folded (which finds exact repeats too).
+        match folded_duplicate(keys.iter().map(|k| k.as_ref())) {
+            Some(key) => Err(duplicate(key)),
             None => Ok(true),
         }
     }
@@ -235,6 +298,11 @@ mod tests {
             r#"{"params": {"arguments": {"p": "SEC", "p": "OPS"}}}"#,
             r#"[1, {"a": 1, "b": 2, "a": 3}]"#,
             r#"{"a": 1, "\u0061": 2}"#,
+            // Compared as Go's encoding/json matches members: ignoring case.
+            r#"{"to": "alice", "amount": 5, "Amount": 100000}"#,
+            r#"{"method": "notifications/progress", "METHOD": "tools/call"}"#,
+            r#"{"params": {}, "param\u017f": {}}"#,
+            r#"{"k": 1, "\u212a": 2}"#,
         ] {
             let e = parse(text.as_bytes()).unwrap_err();
             assert!(e.to_string().contains("appears twice"), "{text}: {e}");
@@ -247,5 +315,29 @@ mod tests {
         text.insert_str(1, r#""k4999": 0, "#);
         assert!(check(text.as_bytes()).is_err());
         assert!(parse(text.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn refuses_numbers_it_would_round() {
+        for text in [
+            r#"{"amount": 100000000000000000001}"#,
+            r#"[-100000000000000000001]"#,
+            r#"{"n": 9007199254740993.0}"#,
+            r#"{"n": 1e20}"#,
+            "1.5e300",
+        ] {
+            assert!(parse(text.as_bytes()).is_err(), "{text}");
+            assert!(check(text.as_bytes()).is_err(), "{text}");
+        }
+        for text in [
+            "18446744073709551615",
+            "-9223372036854775808",
+            "9007199254740991.0",
+            "-1.5e-300",
+            "0.1",
+        ] {
+            assert!(parse(text.as_bytes()).is_ok(), "{text}");
+            assert!(check(text.as_bytes()).is_ok(), "{text}");
+        }
     }
 }

@@ -132,6 +132,19 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
         reason: reason.to_string(),
         disguised: false,
     };
+    // A member spelled like one of the message's in another case (`Method`, `ID`,
+    // `paramſ`) is one some servers read as that member (Go's encoding/json matches
+    // names ignoring case): the message would be judged as one thing and run as
+    // another. Refused whole, in a batch too. Other extra members ride along.
+    if object.keys().any(|key| misspelled_member(key)) {
+        return Err(Invalid {
+            reason: "a member of the message is spelled like jsonrpc, id, method, params, \
+                     result or error in another case: spell it exactly"
+                .into(),
+            disguised: true,
+            ..invalid("")
+        });
+    }
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Err(invalid("jsonrpc must be \"2.0\""));
     }
@@ -187,6 +200,15 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
         method,
         object,
     })
+}
+
+/// The members of a JSON-RPC 2.0 message.
+const MEMBERS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+
+/// A key that is not a member of the message but folds to one.
+fn misspelled_member(key: &str) -> bool {
+    use crate::vocab::json_strict::folded;
+    !MEMBERS.contains(&key) && MEMBERS.contains(&folded(key).as_ref())
 }
 
 /// Whether a method is a notification's: the only methods that may go without an id.

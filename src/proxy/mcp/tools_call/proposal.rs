@@ -23,6 +23,15 @@ pub fn proposal<'s>(
     message: &mut Message,
 ) -> Result<(ToolId, Proposal<'s>), Refusal> {
     let params = message.params();
+    if let Some(key) = params.and_then(misspelled) {
+        return Err(Refusal::of_call(Reject::new(
+            Code::MalformedRequest,
+            format!(
+                "params.{key} is spelled differently from the member it stands for, which \
+                 some servers read as that member: spell it exactly"
+            ),
+        )));
+    }
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Err(Refusal::of_call(Reject::new(
             Code::MalformedRequest,
@@ -68,16 +77,42 @@ pub fn with_defaults(message: &Message, verdict: &Verdict<'_>, original: Bytes) 
     Bytes::from(serde_json::to_vec(&object).unwrap_or_default())
 }
 
-/// What a retry of a multi-round call (2026-07-28) carries besides the arguments: the
-/// answers to the server's `inputRequests` and its opaque `requestState`. Forwarded as
-/// they came; they make the retry a new round rather than a duplicate.
+/// The members of a tools/call's params toolgate knows.
+const KNOWN: [&str; 6] = [
+    "name",
+    "arguments",
+    "_meta",
+    "task",
+    "inputResponses",
+    "requestState",
+];
+
+/// A member of `params` that stands for a known one in another spelling (`Name`,
+/// `ARGUMENTS`, `argumentſ`): Go's `encoding/json` matches member names ignoring case,
+/// so a server built on it would run the tool or arguments it names, not the ones
+/// decided. Too long a key is not named back.
+fn misspelled(params: &Map<String, Value>) -> Option<String> {
+    use crate::vocab::json_strict::folded;
+    params
+        .keys()
+        .filter(|key| !KNOWN.contains(&key.as_str()))
+        .find(|key| KNOWN.iter().any(|known| folded(key) == folded(known)))
+        .map(|key| key.chars().take(32).collect())
+}
+
+/// Everything of a tools/call besides its tool and arguments that can change what the
+/// server does, part of the call's identity: the round fields of a multi-round call
+/// (2026-07-28: the answers to the server's `inputRequests` and its opaque
+/// `requestState`), a `task` to run it as, and any other member of `params`. Only
+/// `_meta` (a progress token, trace context: how to report, not what to run) is left
+/// out. Always present for MCP, empty or not, so an MCP call is never the same call as
+/// a REST call of the tool (their answers differ in kind, and so do their requests).
 fn round_of(message: &Message) -> Option<Value> {
-    let params = message.params()?;
     let mut round = Map::new();
-    for field in ["inputResponses", "requestState"] {
-        if let Some(value) = params.get(field).filter(|v| !v.is_null()) {
-            round.insert(field.into(), value.clone());
+    for (key, value) in message.params().into_iter().flatten() {
+        if !matches!(key.as_str(), "name" | "arguments" | "_meta") && !value.is_null() {
+            round.insert(key.clone(), value.clone());
         }
     }
-    (!round.is_empty()).then_some(Value::Object(round))
+    Some(Value::Object(round))
 }
