@@ -47,8 +47,9 @@ spec:
         - {name: any-header, expr: \"size(request.headers) > 0\"}
 ";
 
-const SECRETS: [(&str, &str); 5] = [
+const SECRETS: [(&str, &str); 6] = [
     ("cookie", "sid=s3cret-cookie"),
+    ("x-auth-token", "s3cret-named-like-one"),
     ("x-api-key", "s3cret-key"),
     ("proxy-authorization", "Basic s3cret-proxy"),
     ("x-session-token", "s3cret-session"),
@@ -110,7 +111,7 @@ async fn recorded(key: Option<&str>) -> Recorded {
 #[tokio::test]
 async fn captured_headers_are_the_ones_rules_read_and_never_a_secret() {
     let log = recorded(None).await.log;
-    for (_, secret) in &SECRETS[..4] {
+    for (_, secret) in &SECRETS[..5] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
     }
     let calls = audit_calls(&log);
@@ -121,6 +122,7 @@ async fn captured_headers_are_the_ones_rules_read_and_never_a_secret() {
     let all = headers("stranger");
     for name in [
         "cookie",
+        "x-auth-token",
         "x-api-key",
         "proxy-authorization",
         "x-session-token",
@@ -192,4 +194,32 @@ async fn the_args_digest_is_keyed_and_keyed_logs_still_verify_and_replay() {
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["replayed"], 2, "{report}");
     assert_eq!(report["changed"], 0, "{report}");
+}
+
+/// A header a rule reads is one value: sent twice (the rule would judge one, the backend
+/// take the other) or as something that isn't text, the call is refused, not forwarded.
+#[tokio::test]
+async fn a_header_a_rule_reads_must_be_sent_once() {
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: POLICIES.into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    let twice = [("x-env", "dev"), ("x-env", "prod")];
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &twice, "")
+        .await;
+    r.assert_refused("MALFORMED_REQUEST", 400);
+    assert!(r.text.contains("x-env"), "{}", r.text);
+    let once = [("x-env", "prod")];
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &once, "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(backend.seen.lock().unwrap().len(), 1);
+    h.stop().await;
 }

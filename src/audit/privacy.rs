@@ -9,9 +9,12 @@
 //!   `hmac-sha256:<hex>`. Without a key it stays `sha256:<hex>`.
 //! - Headers a rule read are captured for `toolgate replay`, but never the value of a
 //!   credential: `Authorization`, `Proxy-Authorization`, `Cookie`, `Set-Cookie`,
-//!   `X-Api-Key`, the task token, and whatever `audit.redactHeaders` names become
-//!   `REDACTED`. Which headers are captured at all is the policy's business: only those
-//!   its rules reference (`policy::field_reads`).
+//!   `X-Api-Key`, the task token, any header whose name says it carries one (it holds
+//!   `auth`, `token`, `secret`, `password`, `passwd`, `cookie`, `session`, `csrf`,
+//!   `api-key` or `apikey`), and whatever `audit.redactHeaders` names become `REDACTED`.
+//!   Names are compared lowercased with `_` read as `-`, as the backends that merge the
+//!   two spellings read them. Which headers are captured at all is the policy's
+//!   business: only those its rules reference (`policy::field_reads`).
 
 use hmac::{Hmac, Mac};
 use serde_json::Value;
@@ -33,6 +36,18 @@ pub const SECRET_HEADERS: [&str; 6] = [
     "x-toolgate-task",
 ];
 
+/// Parts of a header name that say its value is a credential (`X-Auth-Token`,
+/// `X-Amz-Security-Token`, `Private-Token`, `X-Goog-Api-Key`, `X-CSRF-Token`, …).
+const SECRET_PARTS: [&str; 10] = [
+    "auth", "token", "secret", "password", "passwd", "cookie", "session", "csrf", "api-key",
+    "apikey",
+];
+
+/// A header name as compared: lowercased, `_` read as `-`.
+fn normal(name: &str) -> String {
+    name.trim().to_ascii_lowercase().replace('_', "-")
+}
+
 /// What a captured header's value becomes when it is a secret.
 pub const REDACTED: &str = "REDACTED";
 
@@ -52,7 +67,7 @@ impl Privacy {
         let headers = SECRET_HEADERS
             .iter()
             .map(|h| h.to_string())
-            .chain(redact_headers.iter().map(|h| h.trim().to_ascii_lowercase()))
+            .chain(redact_headers.iter().map(|h| normal(h)))
             .collect();
         Privacy(Arc::new(Inner { key, headers }))
     }
@@ -86,10 +101,16 @@ impl Privacy {
             return;
         };
         for (name, value) in headers.iter_mut() {
-            if self.0.headers.contains(name.as_str()) {
+            if self.is_secret(name) {
                 *value = Value::String(REDACTED.into());
             }
         }
+    }
+
+    /// Whether a header's value is a credential the record must not keep.
+    fn is_secret(&self, name: &str) -> bool {
+        let name = normal(name);
+        self.0.headers.contains(&name) || SECRET_PARTS.iter().any(|part| name.contains(part))
     }
 }
 
@@ -133,6 +154,18 @@ mod tests {
             assert_eq!(headers[name], REDACTED, "{name}");
         }
         assert_eq!(headers["x-env"], "prod");
+        // Named like a credential, or a credential's name spelled with `_`.
+        let privacy = Privacy::new(None, &["X-My-Secret".into()]);
+        let mut inputs = json!({"request": {"headers": {
+            "x-auth-token": "1", "x-amz-security-token": "2", "private-token": "3",
+            "x-goog-api-key": "4", "x-csrf-token": "5", "x_api_key": "6",
+            "proxy_authorization": "7", "set_cookie": "8", "x_my_secret": "9",
+            "x-forwarded-authorization": "10", "x-tenant": "acme"}}});
+        privacy.redact_inputs(&mut inputs);
+        for (name, value) in inputs["request"]["headers"].as_object().unwrap() {
+            let kept = name == "x-tenant";
+            assert_eq!(value == REDACTED, !kept, "{name}: {value}");
+        }
         // Nothing to mask: untouched.
         let mut none = json!({"agent": {"id": "a"}});
         privacy.redact_inputs(&mut none);

@@ -70,6 +70,9 @@ pub fn decide(
         )?;
     }
     let args = validate(contract, args)?;
+    if permit.grant.reads.request {
+        ambiguous_header(request.headers, &permit.grant.headers)?;
+    }
     let needs_approval = judge(permit.grant, &args, record, |reads| Inputs {
         agent: reads.agent.then(|| agent.cel_value()),
         task: reads.task.then(|| request.task.claims().cloned()).flatten(),
@@ -192,6 +195,29 @@ fn judge(
 
 /// Request headers as rules see them: lowercase names, text values, only those the
 /// grant's rules read (`HeaderReads`), never the credential or the task token.
+/// A header the grant's rules read must have one value they can read: a rule judging
+/// one of two `X-Auth-Token` values (or none, for a value that is not text) while the
+/// backend takes the other is a rule the agent gets around. `MALFORMED_REQUEST`.
+fn ambiguous_header(headers: &HeaderMap, read: &HeaderReads) -> Result<(), Reject> {
+    if *read == HeaderReads::None {
+        return Ok(());
+    }
+    for name in headers.keys().filter(|name| read.keeps(name.as_str())) {
+        let mut values = headers.get_all(name).iter();
+        let text = values.next().is_some_and(|v| v.to_str().is_ok());
+        if !text || values.next().is_some() {
+            return Err(Reject::new(
+                crate::vocab::Code::MalformedRequest,
+                format!(
+                    "the header {name} is read by this tool's rules and must be sent once, \
+                     as text"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn visible_headers(headers: &HeaderMap, read: &HeaderReads) -> Value {
     let mut map = Map::new();
     if *read == HeaderReads::None {

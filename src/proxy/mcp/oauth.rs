@@ -98,7 +98,9 @@ impl ResourceServer {
             return None;
         }
         let granted: Vec<&str> = match (&agent.claims["scope"], &agent.claims["scp"]) {
-            (Value::String(scope), _) => scope.split_whitespace().collect(),
+            // RFC 6749 §3.3: scopes are separated by ASCII spaces, nothing else (a
+            // no-break space inside `x\u{a0}tools` does not make `tools` a scope).
+            (Value::String(scope), _) => scope.split(' ').filter(|s| !s.is_empty()).collect(),
             (_, Value::Array(scopes)) => scopes.iter().filter_map(Value::as_str).collect(),
             _ => Vec::new(),
         };
