@@ -105,6 +105,8 @@ impl ExportFailures {
         self.metrics.export_failed(self.signal);
         let note = self.window().failed(Instant::now(), lost);
         if let Note::Failed { failures, lost } = note {
+            // The client's error names the endpoint, userinfo and query included.
+            let error = crate::vocab::shown_url::scrub_urls(error);
             tracing::warn!(
                 signal = self.signal,
                 %error,

@@ -14,6 +14,7 @@ pub mod code;
 pub mod decision;
 pub mod json_strict;
 pub mod reject;
+pub mod shown_url;
 
 pub use agent::Agent;
 pub use args::Args;

@@ -277,35 +277,11 @@ impl Endpoint {
     }
 }
 
-/// The URL without userinfo, query or fragment: what may be printed.
-pub fn shown_url(url: &str) -> String {
-    let cut = url.find(['?', '#']).map_or(url, |i| &url[..i]);
-    match cut.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
-            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-            format!("{scheme}://{host}{path}")
-        }
-        None => cut.chars().take(200).collect(),
-    }
-}
+pub use crate::vocab::shown_url::shown_url;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shown_urls_hold_no_secrets() {
-        assert_eq!(
-            shown_url("https://user:pw@mcp.example.com:8443/mcp?api_key=s3cret#x"),
-            "https://mcp.example.com:8443/mcp"
-        );
-        assert_eq!(
-            shown_url("http://127.0.0.1:9/mcp"),
-            "http://127.0.0.1:9/mcp"
-        );
-        assert_eq!(shown_url("http://h?k=v"), "http://h");
-    }
 
     #[test]
     fn urls_are_checked_before_anything_is_sent() {

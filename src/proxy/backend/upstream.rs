@@ -38,6 +38,13 @@ impl Upstream {
         if uri.scheme_str() != Some("http") || uri.authority().is_none() {
             return Err(BadUpstream(shown(url)));
         }
+        // A user and password in the URL are never sent (hyper sends no userinfo), and
+        // would be shown wherever the URL is (the client span's `url.full`): refused.
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(BadUpstream(
+                "a URL with a user or password, which toolgate would not send".into(),
+            ));
+        }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -133,6 +140,10 @@ mod tests {
         assert!(Upstream::new("https://x:1").is_err());
         assert!(Upstream::new("nope").is_err());
         assert!(Upstream::new("http://127.0.0.1:8080/").is_ok());
+        let e = Upstream::new("http://user:s3cret@127.0.0.1:8080")
+            .err()
+            .unwrap();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
     }
 
     #[test]
