@@ -63,8 +63,8 @@ impl Guard {
 
     /// Refuses a request from an origin or to a host that is not allowed.
     pub fn check(&self, parts: &Parts) -> Result<(), Reject> {
-        let origin = parts.headers.get(http::header::ORIGIN);
-        if let Some(origin) = origin {
+        // Every Origin is checked: with two, a backend may read the one not checked.
+        for origin in parts.headers.get_all(http::header::ORIGIN) {
             let allowed = origin
                 .to_str()
                 .ok()
@@ -77,11 +77,13 @@ impl Guard {
         if self.hosts.is_empty() {
             return Ok(());
         }
-        let host = parts
-            .headers
-            .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+        let mut hosts = parts.headers.get_all(http::header::HOST).iter();
+        let host = match (hosts.next(), hosts.next()) {
+            (_, Some(_)) => return Err(refused("the request names its Host twice")),
+            (host, None) => host
+                .and_then(|h| h.to_str().ok())
+                .or_else(|| parts.uri.authority().map(|a| a.as_str())),
+        };
         let allowed = host
             .and_then(|h| Pattern::parse(h, false))
             .is_some_and(|h| self.hosts.iter().any(|p| p.covers(&h)));
@@ -200,6 +202,9 @@ mod tests {
             "garbage",
         ] {
             let e = guard.check(&mk_parts(&[("origin", origin)])).unwrap_err();
+            // Nor does it pass behind an allowed one.
+            let both = [("origin", "http://localhost:1"), ("origin", origin)];
+            assert!(guard.check(&mk_parts(&both)).is_err(), "{origin}");
             assert_eq!(e.code, Code::OriginNotAllowed, "{origin}");
             assert_eq!(e.status(), 403);
         }
