@@ -381,3 +381,42 @@ async fn lingering_is_bounded_in_bytes_and_time() {
     assert!(started.elapsed() < Duration::from_secs(20));
     h.stop().await;
 }
+
+/// One address can't hold the admin port: past its share (16 connections) its
+/// connections are closed at once, so the kubelet's probe from elsewhere gets in while
+/// 70 half-sent requests wait out their header timeout.
+#[tokio::test]
+async fn one_address_cannot_take_every_admin_slot() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let admin = h.sidecar.as_ref().unwrap().admin_addr;
+    let mut held = Vec::new();
+    for _ in 0..70 {
+        if let Ok(mut stream) = TcpStream::connect(admin).await {
+            let _ = stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                .await;
+            held.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The probe, from another address on the loopback.
+    let probe = async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut stream = socket.connect(admin).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(1), probe)
+        .await
+        .expect("the probe waited behind one address's connections");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(held);
+    h.stop().await;
+}

@@ -173,10 +173,20 @@ fn allowed(approver: &Approver, approval: &super::Approval) -> Result<(), Reject
     ))
 }
 
+/// How long a decision's body may take to arrive: an approver's client sends a few bytes
+/// at once; one that drips them would hold an admin connection (64 in all) for good.
+const BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn read_reason(request: Request<Incoming>) -> Result<Option<String>, Reject> {
-    let body = Limited::new(request.into_body(), MAX_BODY)
-        .collect()
+    let read = Limited::new(request.into_body(), MAX_BODY).collect();
+    let body = tokio::time::timeout(BODY_WAIT, read)
         .await
+        .map_err(|_| {
+            Reject::new(
+                Code::MalformedRequest,
+                format!("the body did not arrive within {} s", BODY_WAIT.as_secs()),
+            )
+        })?
         .map_err(|_| {
             Reject::new(
                 Code::PayloadTooLarge,

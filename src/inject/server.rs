@@ -69,6 +69,7 @@ impl Injector {
             header_read_timeout: Duration::from_secs(5),
             max_headers_backstop: 100,
             max_connections: 1024,
+            per_address: None,
             drain_timeout: Duration::from_secs(5),
             // The API server reads its answers; anything else holding a slot is cut off.
             write_timeout: Duration::from_secs(10),

@@ -53,6 +53,10 @@ pub struct ConnLimits {
     /// itself so that a request just over the limit gets the structured 431.
     pub max_headers_backstop: usize,
     pub max_connections: usize,
+    /// At most this many open connections from one client address (`None`: no cap): on
+    /// the admin port, so that one client can't take every slot and starve the kubelet's
+    /// probes and the approvers.
+    pub per_address: Option<usize>,
     pub drain_timeout: Duration,
     /// A connection whose writes wait this long for its client to read is closed.
     pub write_timeout: Duration,
@@ -71,6 +75,7 @@ impl ConnLimits {
             header_read_timeout: Duration::from_millis(limits.header_read_timeout_ms),
             max_headers_backstop: (limits.max_headers * 2).clamp(limits.max_headers + 1, 1000),
             max_connections: limits.max_connections.max(1),
+            per_address: None,
             drain_timeout: Duration::from_millis(limits.drain_timeout_ms),
             write_timeout: Duration::from_millis(limits.write_timeout_ms.max(1)),
             linger: Linger::for_body(
@@ -88,6 +93,7 @@ impl ConnLimits {
             header_read_timeout: Duration::from_secs(5),
             max_headers_backstop: 100,
             max_connections: 64,
+            per_address: Some(16),
             drain_timeout: Duration::from_secs(1),
             write_timeout,
             linger: Linger::for_body(64 * 1024, Duration::from_secs(5)),
@@ -118,6 +124,7 @@ pub async fn serve<H, Fut>(
     let limits = Arc::new(limits);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let addresses = limits.per_address.map(PerAddress::new);
     tokio::pin!(shutdown);
     loop {
         // At the connection cap, stop accepting: new connections wait in the backlog.
@@ -135,6 +142,10 @@ pub async fn serve<H, Fut>(
                 }
             },
             () = &mut shutdown => break,
+        };
+        // Over its address's share: closed at once, its slot back.
+        let Ok(share) = addresses.as_ref().map(|a| a.take(client.ip())).transpose() else {
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let connection = limits
@@ -167,6 +178,7 @@ pub async fn serve<H, Fut>(
             }
             // The slot is freed only now: after a lingering close, too.
             drop(permit);
+            drop(share);
         });
     }
     drop(listener);
@@ -175,6 +187,56 @@ pub async fn serve<H, Fut>(
         .is_err()
     {
         tracing::warn!("drain timeout passed with calls still in flight");
+    }
+}
+
+/// Open connections per client address, for a listener that caps them. Holds only the
+/// addresses with a connection open, so it is bounded by the listener's own cap.
+#[derive(Clone)]
+struct PerAddress {
+    cap: usize,
+    open: Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>,
+}
+
+/// One connection's place in its address's share, given back when dropped.
+struct Share {
+    of: PerAddress,
+    address: IpAddr,
+}
+
+impl PerAddress {
+    fn new(cap: usize) -> PerAddress {
+        PerAddress {
+            cap: cap.max(1),
+            open: Arc::default(),
+        }
+    }
+
+    /// A place for one more connection from `address`, unless it has its share.
+    fn take(&self, address: IpAddr) -> Result<Share, ()> {
+        let mut open = self.open.lock().map_err(|_| ())?;
+        let count = open.entry(address).or_insert(0);
+        if *count >= self.cap {
+            return Err(());
+        }
+        *count += 1;
+        Ok(Share {
+            of: self.clone(),
+            address,
+        })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.of.open.lock() {
+            if let Some(count) = open.get_mut(&self.address) {
+                *count -= 1;
+                if *count == 0 {
+                    open.remove(&self.address);
+                }
+            }
+        }
     }
 }
 
