@@ -139,6 +139,12 @@ impl Sidecar {
             Approvals::new(
                 &settings.approvals,
                 shared.clone(),
+                crate::approvals::approvers::Agents {
+                    tokens: identity.tokens.clone(),
+                    audiences: (settings.identity.jwt.iter())
+                        .map(|j| (j.issuer.clone(), j.audience.clone()))
+                        .collect(),
+                },
                 audit.clone(),
                 metrics.clone(),
             )

@@ -7,9 +7,11 @@
 //! - JWT issuers name the approver by a claim (default `sub`) and their groups by
 //!   another (default `groups`, a list of strings or one string).
 //!
-//! An agent's token is not in the approvers' file, and an issuer may not be both an
-//! agent issuer and an approver issuer for the same audience (refused at start), so no
-//! agent credential is an approver's.
+//! No agent credential is an approver's (DESIGN §9): an issuer may not be both an agent
+//! issuer and an approver issuer for the same audience (refused at start), and at each
+//! request a credential that also authenticates as an agent is refused — a static token
+//! the agents' token file holds (the same digest in both files), or a JWT whose
+//! audience also names the agents' audience of its issuer (`aud: [tg, approvers]`).
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -47,12 +49,58 @@ struct JwtApprovers {
 pub struct ApproverIdentity {
     by_digest: HashMap<[u8; 32], Approver>,
     jwt: Vec<JwtApprovers>,
+    /// What authenticates agents, to refuse as an approver's credential.
+    agents: Agents,
+}
+
+/// The agents' credentials, as far as an approver's must differ from them.
+#[derive(Default)]
+pub struct Agents {
+    /// The agents' token file (`identity.tokens`), read as it is reloaded.
+    pub tokens: Option<std::sync::Arc<crate::identity::tokens::Tokens>>,
+    /// Each agent JWT issuer and its audience (`identity.jwt`).
+    pub audiences: Vec<(String, String)>,
+}
+
+impl Agents {
+    /// Whether `token`, or a JWT from `iss` with these `claims`, would name an agent.
+    fn would_name(
+        &self,
+        token: &str,
+        jwt: Option<(&str, &serde_json::Map<String, Value>)>,
+    ) -> bool {
+        if self
+            .tokens
+            .as_ref()
+            .is_some_and(|t| t.agent(token).is_some())
+        {
+            return true;
+        }
+        let Some((iss, claims)) = jwt else {
+            return false;
+        };
+        let audiences: Vec<&str> = match claims.get("aud") {
+            Some(Value::String(aud)) => vec![aud.as_str()],
+            Some(Value::Array(auds)) => auds.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        self.audiences
+            .iter()
+            .any(|(issuer, audience)| issuer == iss && audiences.contains(&audience.as_str()))
+    }
 }
 
 impl ApproverIdentity {
     /// The approvers of `settings`; fetched keys are fetched through `fetcher`.
-    pub fn load(settings: &Settings, fetcher: &Fetcher) -> Result<ApproverIdentity, String> {
-        let mut identity = ApproverIdentity::default();
+    pub fn load(
+        settings: &Settings,
+        agents: Agents,
+        fetcher: &Fetcher,
+    ) -> Result<ApproverIdentity, String> {
+        let mut identity = ApproverIdentity {
+            agents,
+            ..ApproverIdentity::default()
+        };
         if let Some(path) = &settings.tokens {
             identity.by_digest = parse_tokens(path)?;
         }
@@ -86,13 +134,18 @@ impl ApproverIdentity {
     pub async fn verify(&self, token: &str) -> Option<Approver> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some((stored, approver)) = self.by_digest.get_key_value(&digest) {
-            if bool::from(stored.ct_eq(&digest)) {
+            if bool::from(stored.ct_eq(&digest)) && !self.agents.would_name(token, None) {
                 return Some(approver.clone());
             }
+            return None;
         }
         let iss = peek_issuer(token)?;
         let jwt = self.jwt.iter().find(|j| j.issuer.issuer == iss)?;
         let claims = jwt.issuer.verify_fresh(token).await.ok()?;
+        if self.agents.would_name(token, Some((&iss, &claims))) {
+            tracing::info!(issuer = %iss, "an approver's JWT that an agent could present too was refused");
+            return None;
+        }
         let name = claims
             .get(&jwt.name_claim)
             .and_then(Value::as_str)
@@ -168,14 +221,38 @@ mod tests {
             ),
         )
         .unwrap();
+        // carol's token is also an agent's: no approver's credential, whatever file says.
+        let agents = crate::identity::tokens::TokenTable::parse(&format!(
+            "carol-bot: {}\n",
+            digest_hex("carol-token")
+        ))
+        .unwrap();
+        std::fs::write(
+            &path,
+            format!(
+                "alice: {{sha256: {}, groups: [finance-leads]}}\nbob: {{sha256: {}}}\n\
+                 carol: {{sha256: {}, groups: [finance-leads]}}\n",
+                digest_hex("alice-token"),
+                digest_hex("bob-token"),
+                digest_hex("carol-token")
+            ),
+        )
+        .unwrap();
         let identity = ApproverIdentity::load(
             &Settings {
                 tokens: Some(path.clone()),
                 jwt: Vec::new(),
             },
+            Agents {
+                tokens: Some(std::sync::Arc::new(crate::identity::tokens::Tokens::new(
+                    agents,
+                ))),
+                audiences: Vec::new(),
+            },
             &fetcher,
         )
         .unwrap();
+        assert!(identity.verify("carol-token").await.is_none());
         let alice = identity.verify("alice-token").await.unwrap();
         assert_eq!(alice.name, "alice");
         assert_eq!(alice.groups, ["finance-leads"]);
@@ -190,8 +267,41 @@ mod tests {
                 tokens: Some(path),
                 jwt: Vec::new(),
             },
+            Agents::default(),
             &fetcher
         )
         .is_err());
+    }
+
+    /// An approver issuer that is also the agents' issuer: a JWT whose audience names
+    /// both is an agent's credential too, and approves nothing.
+    #[tokio::test]
+    async fn a_jwt_an_agent_could_present_is_no_approvers() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/keys");
+        let settings: Settings = serde_json::from_value(serde_json::json!({
+            "jwt": [{"issuer": "orchestrator", "audience": "approvers",
+                     "jwks": root.join("task-jwks.json")}]
+        }))
+        .unwrap();
+        let agents = Agents {
+            tokens: None,
+            audiences: vec![("orchestrator".into(), "tg".into())],
+        };
+        let fetcher = Fetcher::new(Default::default());
+        let identity = ApproverIdentity::load(&settings, agents, &fetcher).unwrap();
+        let pem = std::fs::read(root.join("orchestrator-demo.pem")).unwrap();
+        let key = jsonwebtoken::EncodingKey::from_ed_pem(&pem).unwrap();
+        let sign = |aud: Value| {
+            let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::EdDSA);
+            header.kid = Some("orchestrator-demo".into());
+            let claims = serde_json::json!({"iss": "orchestrator", "sub": "refunder",
+                "aud": aud, "groups": ["finance-leads"],
+                "exp": crate::identity::jwks::now_seconds() + 300});
+            jsonwebtoken::encode(&header, &claims, &key).unwrap()
+        };
+        let approver = identity.verify(&sign(serde_json::json!("approvers"))).await;
+        assert_eq!(approver.map(|a| a.name).as_deref(), Some("refunder"));
+        let both = sign(serde_json::json!(["tg", "approvers"]));
+        assert!(identity.verify(&both).await.is_none());
     }
 }

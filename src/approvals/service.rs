@@ -50,6 +50,7 @@ impl Approvals {
     pub fn new(
         settings: &Settings,
         shared: Option<Arc<Shared>>,
+        agents: super::approvers::Agents,
         audit: AuditLog,
         metrics: Arc<Metrics>,
     ) -> anyhow::Result<Approvals> {
@@ -62,7 +63,7 @@ impl Approvals {
             None => Store::Memory(MemoryStore::new(bounds)),
         };
         let fetcher = crate::identity::remote::Fetcher::new(metrics.jwks_refreshes.clone());
-        let approvers = ApproverIdentity::load(&settings.approvers, &fetcher)
+        let approvers = ApproverIdentity::load(&settings.approvers, agents, &fetcher)
             .map_err(|e| anyhow::anyhow!("approvals.approvers: {e}"))?;
         let notifier = match &settings.notify_url {
             Some(url) => Some(
