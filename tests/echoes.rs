@@ -261,3 +261,61 @@ async fn state_unavailable_never_names_the_redis_host() {
         h.stop().await;
     }
 }
+
+/// An MCP server's error page for a message toolgate passes (initialize, ping, a
+/// listing, a notification) is no answer for the agent: the refusal its status maps to
+/// goes back, without the page or the server's headers (a stack trace, an internal
+/// host, a cookie); a JSON-RPC error in a 4xx is the server's protocol answer and passes.
+#[tokio::test]
+async fn a_passed_messages_error_page_stays_with_the_backend() {
+    let backend = Backend::start(std::sync::Arc::new(|seen: &Seen| {
+        let body = String::from_utf8_lossy(&seen.body).into_owned();
+        if body.contains("\"id\":2") {
+            let error =
+                r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad cursor"}}"#;
+            let json = ("content-type", "application/json".to_string());
+            return (400, vec![json], error.into(), Duration::ZERO);
+        }
+        let cookie = ("set-cookie", "backend_session=s3cret".to_string());
+        let page = "Traceback: psycopg2 at db-7.internal:5432 SELECT hunter2";
+        (500, vec![cookie], page.into(), Duration::ZERO)
+    }))
+    .await;
+    let policies = include_str!("fixtures/policies/mcp-backend.yaml");
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: policies.into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    let accept = ("accept", "application/json, text/event-stream");
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    ] {
+        let r = h
+            .call("POST", "/mcp", Some(OPS_TOKEN), &[accept], body)
+            .await;
+        assert_quiet("a passed message's answer", &r.text);
+        assert!(!r.text.contains("db-7"), "{}", r.text);
+        assert!(
+            r.header("set-cookie").is_empty(),
+            "{}",
+            r.header("set-cookie")
+        );
+        assert_eq!(
+            r.json["error"]["data"]["error"]["code"], "BACKEND_ERROR",
+            "{}",
+            r.text
+        );
+    }
+    let listing = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
+    let r = h
+        .call("POST", "/mcp", Some(OPS_TOKEN), &[accept], listing)
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.json["error"]["message"], "bad cursor", "{}", r.text);
+    h.stop().await;
+}

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::answer;
 use super::jsonrpc::Message;
-use super::reply::Refusal;
+use super::reply::{self, Refusal};
 use super::tools_call::result::shape_answer;
 use super::{routing_headers, Inbound};
 use crate::policy::Snapshot;
@@ -114,6 +114,11 @@ pub async fn stream(ex: &Inbound<'_>, outcome: &mut Outcome) -> Result<Response<
         .map_err(|f| f.reject(Asked::message(PASS_TIMEOUT)))?;
     outcome.passed();
     outcome.answered(response.status().as_u16());
+    let response = match answered(response).await {
+        Passed::Through(response) => response,
+        Passed::Rpc(response) => return Ok(response),
+        Passed::Refused(reject) => return Err(reject),
+    };
     if method == Method::DELETE && response.status().is_success() {
         if let Some(session) = ex.mcp_session() {
             ex.gate.mcp_sessions.end(session);
@@ -167,6 +172,13 @@ pub async fn pass(
     tracing::debug!(elapsed = ?sent.elapsed(), method = ?message.method, "mcp message passed");
     outcome.passed();
     outcome.answered(response.status().as_u16());
+    let response = match answered(response).await {
+        Passed::Through(response) => response,
+        Passed::Rpc(response) => return response,
+        Passed::Refused(reject) => {
+            return ex.refuse(outcome, Refusal::failed(reject), &message.reply_id())
+        }
+    };
     if message.method.as_deref() == Some("initialize") && response.status().is_success() {
         let issued = response
             .headers()
@@ -183,6 +195,36 @@ pub async fn pass(
         }
     }
     stream_through(response)
+}
+
+/// What of a passed message's answer reaches the agent: a success as it came; an error
+/// only as the MCP server's protocol answer (a JSON-RPC error in a 4xx, passed as JSON
+/// with its status), else the refusal its status maps to (`BACKEND_REJECTED` keeping a
+/// 4xx status, so a client still sees its 404 for an unknown session and its 405 for a
+/// server without a GET stream). The backend's own error page and headers (a stack
+/// trace, an internal host, a cookie, its `WWW-Authenticate`) never reach the agent, as
+/// for a tool call.
+async fn answered(response: Response<Incoming>) -> Passed {
+    let status = response.status();
+    if status.is_success() {
+        return Passed::Through(response);
+    }
+    let Some((status, bytes)) = collect::rpc_error(response, PASS_TIMEOUT).await else {
+        return Passed::Refused(unanswered_status(status).0);
+    };
+    let mut response = reply::json_bytes(bytes);
+    *response.status_mut() = status;
+    Passed::Rpc(response)
+}
+
+/// What [`answered`] makes of a passed message's answer.
+enum Passed {
+    /// A success, streamed through.
+    Through(Response<Incoming>),
+    /// The server's JSON-RPC error, read whole.
+    Rpc(Response<Body>),
+    /// Anything else that isn't a success.
+    Refused(Reject),
 }
 
 /// Forwards one request of a batch and collects its answer (`None` for notifications and
