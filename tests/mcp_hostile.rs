@@ -516,6 +516,19 @@ async fn every_json_rpc_shape_is_governed_before_anything_is_forwarded() {
             if seen.headers.contains_key("authorization") {
                 failures.push(format!("{}: the credential crossed", row.name));
             }
+            // And carries the trace of the decision that let it, a tool call or not.
+            let trace = reply.json["error"]["data"]["error"]["traceId"].as_str();
+            match seen
+                .headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+            {
+                None => failures.push(format!("{}: forwarded without a traceparent", row.name)),
+                Some(tp) if trace.is_some_and(|t| !tp.contains(t)) => {
+                    failures.push(format!("{}: a traceparent of another trace", row.name))
+                }
+                Some(_) => {}
+            }
         }
     }
     assert!(

@@ -165,18 +165,7 @@ impl Tracing {
         headers: &mut HeaderMap,
     ) -> ClientSpan {
         let Some(exporting) = &self.exporting else {
-            // Nothing is exported, but the backend still learns the call's trace id, the
-            // `traceId` of its audit record, keeping the agent's sampling flag.
-            let flags = headers
-                .get("traceparent")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.rsplit('-').next())
-                .filter(|f| *f == "01")
-                .unwrap_or("00");
-            let traceparent = format!("00-{}-{}-{flags}", call.trace_id, sampling::new_span_id());
-            if let Ok(value) = HeaderValue::from_str(&traceparent) {
-                headers.insert("traceparent", value);
-            }
+            stamp(&call.trace_id, headers);
             return ClientSpan { cx: None };
         };
         let Exported::Sampled(cx) = &call.span else {
@@ -219,6 +208,23 @@ impl Tracing {
             }
         })
         .await;
+    }
+}
+
+/// Puts the request's trace id in the `traceparent` of what is sent on without a client
+/// span of its own (a passed MCP message; any call when nothing is exported), keeping
+/// the agent's sampling flag: the backend learns the `traceId` of the audit record that
+/// let the request through, never a `traceparent` the agent chose.
+pub fn stamp(trace_id: &str, headers: &mut HeaderMap) {
+    let flags = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit('-').next())
+        .filter(|f| *f == "01")
+        .unwrap_or("00");
+    let traceparent = format!("00-{trace_id}-{}-{flags}", sampling::new_span_id());
+    if let Ok(value) = HeaderValue::from_str(&traceparent) {
+        headers.insert("traceparent", value);
     }
 }
 

@@ -64,6 +64,9 @@ pub fn outbound(ex: &Inbound<'_>, out: &Outbound<'_>) -> (String, HeaderMap) {
     );
     if out.tool.is_none() {
         headers.remove(TOOL);
+        // A tool call's client span sets its own; anything else passed carries the
+        // request's trace, the `traceId` of its audit record.
+        crate::telemetry::spans::stamp(ex.trace_id(), &mut headers);
     }
     // The upstream's own Host, set from its URL by the client.
     headers.remove(header::HOST);
