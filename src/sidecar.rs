@@ -287,8 +287,24 @@ impl Sidecar {
 /// configuration decided the calls that follow. Settings hold paths, never secrets.
 fn settings_digest(settings: &Settings) -> String {
     use sha2::{Digest, Sha256};
-    let json = serde_json::to_vec(settings).unwrap_or_default();
+    let mut value = serde_json::to_value(settings).unwrap_or_default();
+    without_url_secrets(&mut value);
+    let json = serde_json::to_vec(&value).unwrap_or_default();
     format!("sha256:{}", hex::encode(Sha256::digest(json)))
+}
+
+/// Settings hold paths, never secrets, except where a URL carries one (a Redis password
+/// in `state.redis.url`, a token in `approvals.notifyUrl`'s query): the digest is taken
+/// of those URLs as logs show them, so it can't be used to test guesses of the secret.
+fn without_url_secrets(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(text) if text.contains("://") => {
+            *text = crate::vocab::shown_url::scrub_urls(text);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_url_secrets),
+        serde_json::Value::Object(map) => map.values_mut().for_each(without_url_secrets),
+        _ => {}
+    }
 }
 
 /// Static tokens, agent JWT issuers, workload identity and task issuers, each watched or
@@ -373,5 +389,21 @@ fn warn_bare_first_issuer(settings: &Settings) {
         .filter(|j| other_sources && j.agent_prefix.is_none())
     {
         tracing::warn!(issuer = %first.issuer, "identity.jwt[0] has no agentPrefix beside the token file or client certificates: it can't name a token-file agent, but could name a client certificate's id; set agentPrefix to keep the sources apart");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_settings_digest_does_not_depend_on_a_url_secret() {
+        let mut settings = Settings::default();
+        settings.state.redis.url = "redis://:hunter1@redis:6379/0".into();
+        let one = settings_digest(&settings);
+        settings.state.redis.url = "redis://:hunter2@redis:6379/0".into();
+        assert_eq!(settings_digest(&settings), one);
+        settings.state.redis.url = "redis://:hunter2@redis-2:6379/0".into();
+        assert_ne!(settings_digest(&settings), one);
     }
 }
