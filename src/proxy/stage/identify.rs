@@ -166,20 +166,20 @@ async fn token_agent(
     Some(admitted(identity, verdict))
 }
 
-/// A verified token's agent, unless it names a token-file agent.
+/// A verified token's agent, unless it names a token-file agent without a prefix.
 fn admitted(
     identity: &Identity,
     verdict: Result<Asserted, JwtError>,
 ) -> Result<(Agent, bool), &'static str> {
     match verdict {
-        // An id the token file names is the token file's agent: no issuer can speak for
-        // it, with or without its prefix (`agentPrefix: ops` and `sub: -bot` make
-        // `ops-bot`; the token file is read at run time, so this is checked here).
+        // A bare id the token file names is the token file's agent: an issuer without a
+        // prefix (only the first may go without) can't speak for it.
         Ok(asserted)
-            if identity
-                .tokens
-                .as_ref()
-                .is_some_and(|t| t.names(&asserted.id)) =>
+            if !asserted.prefixed
+                && identity
+                    .tokens
+                    .as_ref()
+                    .is_some_and(|t| t.names(&asserted.id)) =>
         {
             tracing::info!(issuer = %asserted.issuer, "agent id refused: the token file names it");
             Err(INVALID)
