@@ -32,6 +32,8 @@ pub struct Admin {
     pub approvals: Arc<Approvals>,
     /// `mcp.listing`, `mcp.onDrift` and the tools that drifted from their contracts.
     pub tool_drift: Arc<ToolDrift>,
+    /// `identity.tokens`, whose reloads `/config` reports.
+    pub tokens: Option<Arc<crate::identity::tokens::Tokens>>,
 }
 
 impl Admin {
@@ -79,6 +81,7 @@ impl Admin {
                     "audit": self.audit_status(),
                     "state": self.state_status(),
                     "mcp": self.tool_drift.status(),
+                    "identity": self.identity_status(),
                 });
                 let mut response = text(
                     StatusCode::OK,
@@ -96,6 +99,16 @@ impl Admin {
 }
 
 impl Admin {
+    /// Whether the agents' token file in use is the file as it is now: a failed reload
+    /// (a revocation with a typo) keeps the previous tokens, and says so here.
+    fn identity_status(&self) -> serde_json::Value {
+        let Some(tokens) = &self.tokens else {
+            return json!({});
+        };
+        let error = tokens.reload_error();
+        json!({"tokens": {"synchronized": error.is_none(), "error": error}})
+    }
+
     /// The state backend and, for Redis, whether it answers. Never part of readiness: a
     /// Redis outage must not take every backend pod out of its Service.
     fn state_status(&self) -> serde_json::Value {

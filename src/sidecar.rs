@@ -221,6 +221,7 @@ impl Sidecar {
             state: gate.shared.clone(),
             approvals: gate.approvals.clone(),
             tool_drift: gate.tool_drift.clone(),
+            tokens: gate.identity.tokens.clone(),
         });
         let admin = tokio::spawn(serve(
             admin_listener,
@@ -332,6 +333,7 @@ async fn load_identity(
                 .context("identity.tokens")?,
         );
         background.push(tokio::spawn(tokens.clone().watch(path.clone())));
+        warn_reserved_token_ids(&tokens, &identity.namespaces);
         identity.tokens = Some(tokens);
     }
     let mut issuers: Vec<Arc<Issuer>> = Vec::new();
@@ -379,6 +381,17 @@ async fn first_keys(issuers: &[Arc<Issuer>]) {
 
 /// The first JWT issuer may keep bare ids beside the token file or client certificates;
 /// say at start that a prefix would keep it apart from them.
+/// A token-file id under another source's prefix (`agentPrefix: ops` and `ops-bot`, or
+/// a `system:serviceaccount:` id) is that source's, never the token file's: its token is
+/// refused. Said at start, so the operator learns it before an agent does.
+fn warn_reserved_token_ids(tokens: &Tokens, namespaces: &Namespaces) {
+    for id in tokens.agents() {
+        if let Err(reason) = namespaces.admit(&id, false) {
+            tracing::warn!(agent = %id.escape_debug(), %reason, "identity.tokens names an agent id it can't have: its token is refused; rename the agent or the prefix");
+        }
+    }
+}
+
 fn warn_bare_first_issuer(settings: &Settings) {
     let other_sources = settings.identity.tokens.is_some()
         || settings.tls.as_ref().is_some_and(|t| t.client_ca.is_some());

@@ -327,6 +327,38 @@ async fn a_bare_first_issuer_cannot_name_a_token_file_agent() {
     h.stop().await;
 }
 
+/// A prefix owns every id under it: with `agentPrefix: ops`, `ops-bot` is the issuer's
+/// (`sub: -bot`), and the token file's entry for it is refused, never shared.
+#[tokio::test]
+async fn an_issuers_prefix_owns_the_ids_under_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (idp, idp_jwks) = mk_idp(dir.path(), "idp-1");
+    let issuers = mk_issuers(json!([
+        {"issuer": IDP, "audience": "toolgate", "jwks": idp_jwks, "agentPrefix": "ops"}
+    ]));
+    let backend = Backend::example().await;
+    let h = Harness::start(
+        backend.addr,
+        Options {
+            policies: mk_policies(&[]),
+            tweak: Box::new(move |s| s.identity.jwt = issuers),
+            ..Options::default()
+        },
+    )
+    .await;
+    h.call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await
+        .assert_refused("UNAUTHENTICATED", 401);
+    let idp_says = |sub: &str| mk_token(&idp, IDP, "toolgate", sub, json!({}));
+    let r = h
+        .call("GET", "/logs/orders", Some(&idp_says("-bot")), &[], "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(backend.last().headers["x-toolgate-agent"], "ops-bot");
+    assert_eq!(backend.count(), 1);
+    h.stop().await;
+}
+
 /// With `identity.oauth`, a token without a required scope is refused on a REST path as
 /// it is on `/mcp`: the same 403 and challenge, nothing forwarded.
 #[tokio::test]

@@ -84,3 +84,37 @@ async fn a_broken_file_keeps_the_last_good_snapshot() {
     );
     h.stop().await;
 }
+
+/// A token file edit that doesn't load (a revocation with a typo) keeps the previous
+/// tokens, and says so on `/config` until a good edit lands: not only in a log line.
+#[tokio::test]
+async fn a_token_file_that_fails_to_reload_is_reported() {
+    let backend = Backend::example().await;
+    let h = Harness::start(backend.addr, Options::default()).await;
+    let identity = || async {
+        let (_, text) = h.get_admin("/config").await;
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["identity"]["tokens"].clone()
+    };
+    assert_eq!(identity().await["synchronized"], true);
+    let tokens = h.dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, "ops-bot: not-a-digest\n").unwrap();
+    let mut reported = serde_json::Value::Null;
+    for _ in 0..50 {
+        reported = identity().await;
+        if reported["synchronized"] == false {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(reported["synchronized"], false, "{reported}");
+    assert!(
+        reported["error"].as_str().unwrap().contains("tokens.yaml"),
+        "{reported}"
+    );
+    // The previous tokens still serve.
+    let r = h
+        .call("GET", "/logs/orders", Some(OPS_TOKEN), &[], "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    h.stop().await;
+}

@@ -69,12 +69,15 @@ impl TokenTable {
 /// The token table, reloaded when its file changes.
 pub struct Tokens {
     table: ArcSwap<TokenTable>,
+    /// Why the file's latest content was not taken, while it isn't (`/config`).
+    failed: std::sync::Mutex<Option<String>>,
 }
 
 impl Tokens {
     pub fn new(table: TokenTable) -> Tokens {
         Tokens {
             table: ArcSwap::from_pointee(table),
+            failed: std::sync::Mutex::new(None),
         }
     }
 
@@ -87,6 +90,24 @@ impl Tokens {
 
     pub fn agent(&self, token: &str) -> Option<Arc<str>> {
         self.table.load().agent(token)
+    }
+
+    /// The agent ids the file names now.
+    pub fn agents(&self) -> Vec<Arc<str>> {
+        self.table.load().agents.iter().cloned().collect()
+    }
+
+    /// Why the file as it is now was not loaded (the previous tokens still serve), or
+    /// `None` when the tokens in use are the file's: a revocation that failed to load
+    /// must be visible, not only logged.
+    pub fn reload_error(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn note(&self, error: Option<String>) {
+        if let Ok(mut failed) = self.failed.lock() {
+            *failed = error;
+        }
     }
 
     /// Whether the current file names `agent`.
@@ -107,10 +128,12 @@ impl Tokens {
             match Tokens::load(&path) {
                 Ok(fresh) => {
                     self.table.store(fresh.table.load_full());
+                    self.note(None);
                     tracing::info!(path = %path.display(), "agent tokens reloaded");
                 }
                 Err(error) => {
-                    tracing::error!(%error, "agent tokens not reloaded; keeping the previous ones")
+                    tracing::error!(%error, "agent tokens not reloaded; keeping the previous ones");
+                    self.note(Some(error));
                 }
             }
         }
