@@ -118,6 +118,40 @@ pub fn check(settings: &super::Settings, origin: &str) -> Result<(), super::Sett
                 a.discovery,
             )
         });
+    // Tokens are matched to their issuer by `iss`: a second entry of a list naming an
+    // issuer again would never be used (its audience, its keys, its `requireAgent`).
+    // (Agent issuers are checked with the other agent sources, `config::sources`.)
+    let lists = [
+        (
+            "identity.taskIssuers",
+            identity
+                .task_issuers
+                .iter()
+                .map(|t| &t.issuer)
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "approvals.approvers.jwt",
+            settings
+                .approvals
+                .approvers
+                .jwt
+                .iter()
+                .map(|a| &a.issuer)
+                .collect(),
+        ),
+    ];
+    for (list, issuers) in lists {
+        for (i, issuer) in issuers.iter().enumerate() {
+            if let Some(first) = issuers[..i].iter().position(|other| other == issuer) {
+                return Err(super::file::invalid(
+                    origin,
+                    format!("{list}[{i}].issuer"),
+                    format!("is listed twice (as {list}[{first}] too): list each issuer once"),
+                ));
+            }
+        }
+    }
     for (field, issuer, jwks, discovery) in agents.chain(tasks).chain(approvers) {
         if let Err(message) = key_source(issuer, jwks, discovery) {
             let key = if discovery { "discovery" } else { "jwks" };

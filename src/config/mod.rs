@@ -813,9 +813,28 @@ impl Limits {
                 format!("must be at least 1: with no room, {what} would never apply"),
             ));
         }
+        // A call's audit record may hold its arguments (`captureArguments`): a body past
+        // half the longest line `audit verify` and `replay` read (64 MiB) could write a
+        // record that breaks the log's own chain.
+        if self.max_body_bytes > MAX_BODY_BYTES {
+            return Err(file::invalid(
+                origin,
+                "limits.maxBodyBytes".into(),
+                format!(
+                    "must be at most {MAX_BODY_BYTES} (32 MiB): a call's audit record, which \
+                     may hold its arguments, must stay a line audit verify can read"
+                ),
+            ));
+        }
         self.check_connection_limits(origin)
     }
+}
 
+/// The largest `limits.maxBodyBytes`: half of `audit::verify::MAX_LINE`, leaving room
+/// for the record's other fields and JSON's escapes of the arguments.
+pub const MAX_BODY_BYTES: usize = 32 << 20;
+
+impl Limits {
     /// A zero write timeout would cut every connection off; a zero anonymous rate would
     /// answer every unidentified request with `RATE_LIMITED`, a 401 included.
     fn check_connection_limits(&self, origin: &str) -> Result<(), SettingsError> {
@@ -860,6 +879,21 @@ mod tests {
         Settings::parse("t.yaml", text, none())
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn a_body_limit_past_what_the_audit_log_reads_is_refused() {
+        let text = refusal("limits: {maxBodyBytes: 40000000}");
+        assert!(text.contains("limits.maxBodyBytes"), "{text}");
+        assert!(Settings::parse("t", "limits: {maxBodyBytes: 33554432}", none()).is_ok());
+    }
+
+    #[test]
+    fn an_issuer_listed_twice_is_refused() {
+        let text = refusal(
+            "identity:\n  taskIssuers:\n    - {issuer: o, jwks: 'http://127.0.0.1:9/a'}\n    - {issuer: o, jwks: 'http://127.0.0.1:9/b', requireAgent: false}\n",
+        );
+        assert!(text.contains("identity.taskIssuers[1].issuer"), "{text}");
     }
 
     #[test]
