@@ -116,3 +116,61 @@ fn round_of(message: &Message) -> Option<Value> {
     }
     Some(Value::Object(round))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Call;
+    use crate::proxy::mcp::jsonrpc::message;
+    use serde_json::json;
+
+    fn call(params: Value) -> Message {
+        message(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}))
+            .unwrap()
+    }
+
+    /// What besides its arguments makes a tools/call the call it is: every member of
+    /// params but `name`, `arguments` and `_meta`; and never a REST call's identity.
+    #[test]
+    fn every_params_member_but_meta_is_part_of_the_call() {
+        let args = Args::from(json!({"order_id": "A-1", "amount": 5}));
+        let identity = |round: Option<Value>| {
+            Call::new("ops-bot", None, "refund", &args, None)
+                .in_round(round.as_ref())
+                .fingerprint()
+        };
+        let plain = round_of(&call(json!({"name": "refund", "arguments": {}})));
+        let traced = round_of(&call(
+            json!({"name": "refund", "arguments": {}, "_meta": {"progressToken": 7}}),
+        ));
+        assert_eq!(identity(plain.clone()), identity(traced));
+        assert_ne!(
+            identity(plain.clone()),
+            identity(None),
+            "an MCP call is not a REST call"
+        );
+        for extra in [
+            json!({"note": "refund to another IBAN"}),
+            json!({"task": {"ttl": 60000}}),
+            json!({"requestState": "round-1"}),
+        ] {
+            let mut params = json!({"name": "refund", "arguments": {}});
+            params
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let round = round_of(&call(params));
+            assert_ne!(identity(round), identity(plain.clone()), "{extra}");
+        }
+    }
+
+    #[test]
+    fn a_known_member_in_another_spelling_is_found() {
+        for key in ["Name", "ARGUMENTS", "argument\u{17f}", "_META", "Task"] {
+            let params: Map<String, Value> = [(key.to_string(), json!(1))].into_iter().collect();
+            assert!(misspelled(&params).is_some(), "{key}");
+        }
+        let fine: Map<String, Value> = [("note".to_string(), json!(1))].into_iter().collect();
+        assert!(misspelled(&fine).is_none());
+    }
+}
