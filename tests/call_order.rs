@@ -266,10 +266,24 @@ async fn call_order_and_budgets_hold_across_replicas_on_redis() {
     b.stop().await;
 }
 
+/// Runs `test` with the state in memory, then on a real `redis-server` if this machine
+/// has one (its URL).
+async fn in_memory_and_on_redis<F, Fut>(test: F)
+where
+    F: Fn(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    test(None).await;
+    if common::redis::available() {
+        let server = common::redis::Server::start(&[]).await;
+        test(Some(server.url())).await;
+    }
+}
+
 /// A spend budget pays only for calls that reached the backend: a refund the backend
 /// turned away with a 503 (it ran nothing) and a ping it never got (nothing listened)
 /// are given back, so the day's budget is whole when the backend comes back.
-async fn budgets_are_given_back_when_nothing_ran(state: Option<&str>) {
+async fn budgets_are_given_back_when_nothing_ran(state: Option<String>) {
     let turned_away = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = turned_away.clone();
     let refunds = Backend::start(Arc::new(move |seen: &Seen| {
@@ -292,7 +306,7 @@ async fn budgets_are_given_back_when_nothing_ran(state: Option<&str>) {
     let down = dead.local_addr().unwrap();
     drop(dead);
     let start = |upstream| {
-        let url = state.map(str::to_string);
+        let url = state.clone();
         Harness::start(
             upstream,
             Options {
@@ -352,17 +366,8 @@ fn refunds_handler() -> Handler {
 }
 
 #[tokio::test]
-async fn budgets_are_given_back_when_nothing_ran_memory() {
-    budgets_are_given_back_when_nothing_ran(None).await;
-}
-
-#[tokio::test]
-async fn budgets_are_given_back_when_nothing_ran_redis() {
-    if !common::redis::available() {
-        return;
-    }
-    let server = common::redis::Server::start(&[]).await;
-    budgets_are_given_back_when_nothing_ran(Some(&server.url())).await;
+async fn budgets_are_given_back_when_nothing_ran_in_memory_and_on_redis() {
+    in_memory_and_on_redis(budgets_are_given_back_when_nothing_ran).await;
 }
 
 /// A sidecar that trusts `orchestrator`'s task tokens.
@@ -703,10 +708,10 @@ spec:
         - {name: two-per-task, expr: "session.calls < 2"}
 "#;
 
-async fn session_calls_count_the_task(redis: Option<&str>) {
+async fn session_calls_count_the_task(redis: Option<String>) {
     let key = SigningKey::ec("o-ec");
     let backend = shop().await;
-    let h = with_tasks_on(backend.addr, COUNTED, &key, redis).await;
+    let h = with_tasks_on(backend.addr, COUNTED, &key, redis.as_deref()).await;
     let t = task(&key, "ops-bot", json!({"task_id": "T-count"}));
     let ping = |session: &'static str| {
         let t = t.clone();
@@ -739,17 +744,8 @@ async fn session_calls_count_the_task(redis: Option<&str>) {
 }
 
 #[tokio::test]
-async fn session_calls_count_the_task_memory() {
-    session_calls_count_the_task(None).await;
-}
-
-#[tokio::test]
-async fn session_calls_count_the_task_redis() {
-    if !common::redis::available() {
-        return;
-    }
-    let server = common::redis::Server::start(&[]).await;
-    session_calls_count_the_task(Some(&server.url())).await;
+async fn session_calls_count_the_task_in_memory_and_on_redis() {
+    in_memory_and_on_redis(session_calls_count_the_task).await;
 }
 
 /// Tools answering with an event stream that stays open after the result: what the
@@ -819,10 +815,10 @@ async fn call_until_result(h: &Harness, tool: &str, task: &str) -> tokio::net::T
     stream
 }
 
-async fn a_streamed_prior_counts_once_its_result_is_read(redis: Option<&str>) {
+async fn a_streamed_prior_counts_once_its_result_is_read(redis: Option<String>) {
     let key = SigningKey::ec("o-ec");
     let backend = McpBackend::start().await;
-    let h = with_tasks_on(backend.addr, LINGERING, &key, redis).await;
+    let h = with_tasks_on(backend.addr, LINGERING, &key, redis.as_deref()).await;
     let t = task(&key, "ops-bot", json!({"jti": "T-linger"}));
     let headers = [("x-toolgate-task", t.as_str())];
     // At most once (the lead relays its stream), then idempotent (re-emitted).
@@ -850,17 +846,8 @@ async fn a_streamed_prior_counts_once_its_result_is_read(redis: Option<&str>) {
 }
 
 #[tokio::test]
-async fn a_streamed_prior_counts_once_its_result_is_read_memory() {
-    a_streamed_prior_counts_once_its_result_is_read(None).await;
-}
-
-#[tokio::test]
-async fn a_streamed_prior_counts_once_its_result_is_read_redis() {
-    if !common::redis::available() {
-        return;
-    }
-    let server = common::redis::Server::start(&[]).await;
-    a_streamed_prior_counts_once_its_result_is_read(Some(&server.url())).await;
+async fn a_streamed_prior_counts_once_its_result_is_read_in_memory_and_on_redis() {
+    in_memory_and_on_redis(a_streamed_prior_counts_once_its_result_is_read).await;
 }
 
 #[test]
