@@ -6,9 +6,12 @@
 //!
 //! Backends disagree on header names with `_`: WSGI, CGI and several Java and Node
 //! stacks read `X_Toolgate_Agent` as `X-Toolgate-Agent`. So [`screen`] runs first on every
-//! request: a name that reads as `x-toolgate-*` once `_` is taken for `-` is dropped
-//! whatever the settings say, and any other name with `_` is dropped, refused or passed
-//! as `limits.headersWithUnderscores` says. Names are case-insensitive already (the
+//! request: a name that reads as `x-toolgate-*`, or as a header toolgate itself reads or
+//! governs (`Mcp-Session-Id`, `Idempotency-Key`, `Content-Type`, `Authorization`, …),
+//! once `_` is taken for `-` is dropped whatever the settings say — with `allow`, a
+//! backend would otherwise see a second session id or media type toolgate never
+//! checked — and any other name with `_` is dropped, refused or passed as
+//! `limits.headersWithUnderscores` says. Names are case-insensitive already (the
 //! `http` crate lowercases them), so `_` is the only spelling left to close.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -51,7 +54,7 @@ pub fn screen(headers: &mut HeaderMap, underscores: Underscores) -> Result<(), S
     }
     let mut dropped = Vec::new();
     for name in headers.keys().filter(|n| n.as_str().contains('_')) {
-        let toolgate = reads_as_toolgate(name.as_str());
+        let toolgate = reads_as_toolgate(name.as_str()) || reads_as_governed(name.as_str());
         match underscores {
             _ if toolgate => dropped.push(name.clone()),
             Underscores::Drop => dropped.push(name.clone()),
@@ -68,6 +71,38 @@ pub fn screen(headers: &mut HeaderMap, underscores: Underscores) -> Result<(), S
         headers.remove(name);
     }
     Ok(())
+}
+
+/// Headers toolgate reads or sets itself: their `_` spellings never pass.
+const GOVERNED: [&str; 17] = [
+    "authorization",
+    "proxy-authorization",
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "host",
+    "origin",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+    "idempotency-key",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+    "forwarded",
+];
+
+/// Whether a name with `_` is one of [`GOVERNED`] once `_` is read as `-`.
+fn reads_as_governed(name: &str) -> bool {
+    GOVERNED.iter().any(|governed| {
+        governed.len() == name.len()
+            && name
+                .bytes()
+                .zip(governed.bytes())
+                .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+    })
 }
 
 /// Whether a header name is toolgate's own once `_` is read as `-`.
@@ -217,6 +252,9 @@ mod tests {
                 "x-toolgate_session",
                 "x_toolgate-tool",
                 "x_api_key",
+                "mcp_session_id",
+                "idempotency_key",
+                "content_type",
             ] {
                 h.insert(
                     HeaderName::from_bytes(name.as_bytes()).unwrap(),
