@@ -407,6 +407,17 @@ fn routing_headers() -> Vec<Row> {
             Answer::Passed(200),
             LOGS,
         ),
+        Row {
+            name: "a ping with an Mcp-Name",
+            body: json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string(),
+            headers: vec![
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "ping"),
+                ("mcp-name", "create_issue"),
+            ],
+            answer: mismatch,
+            forwarded: NOTHING,
+        },
     ]
 }
 

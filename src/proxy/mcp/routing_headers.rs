@@ -66,6 +66,13 @@ pub fn check_headers(headers: &HeaderMap, message: &Message, modern: bool) -> Re
         _ => {}
     }
     let Some(field) = named_param(method) else {
+        // A method that names nothing carries no Mcp-Name: one on a ping or a
+        // notification would route as a call of that tool wherever headers route.
+        if headers.contains_key(NAME) {
+            return Err(mismatch(format!(
+                "{NAME} header names something, and this method names nothing"
+            )));
+        }
         return Ok(());
     };
     let body = message
