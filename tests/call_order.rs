@@ -773,6 +773,16 @@ metadata: {name: ping}
 spec: {tool: ping}
 ---
 apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: cuts-json}
+spec: {tool: cuts_json, idempotent: true}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: echo}
+spec: {tool: echo}
+---
+apiVersion: toolgate.dev/v1alpha1
 kind: AgentPolicy
 metadata: {name: ops-bot}
 spec:
@@ -784,22 +794,16 @@ spec:
       requires: [{tool: lingers, within: task}]
     - name: ping
       requires: [{tool: lingers_idempotent, within: task}]
+    - name: cuts_json
+    - name: echo
+      requires: [{tool: cuts_json, within: task}]
 "#;
 
 /// Calls `tool` on `h`'s MCP endpoint and reads its answer only up to the result event,
 /// leaving the stream open; the connection is handed back to keep it so.
 async fn call_until_result(h: &Harness, tool: &str, task: &str) -> tokio::net::TcpStream {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = h.base.trim_start_matches("http://").to_string();
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = rpc(1, tool, json!({}));
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: sidecar\r\nauthorization: Bearer {OPS_TOKEN}\r\n\
-         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
-         x-toolgate-task: {task}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
+    use tokio::io::AsyncReadExt;
+    let mut stream = raw_call(h, &rpc(1, tool, json!({})), task).await;
     let mut seen = Vec::new();
     let read = async {
         let mut buf = [0u8; 4096];
@@ -812,6 +816,21 @@ async fn call_until_result(h: &Harness, tool: &str, task: &str) -> tokio::net::T
     tokio::time::timeout(Duration::from_secs(2), read)
         .await
         .expect("the result arrives before the stream ends");
+    stream
+}
+
+/// Sends `body` to `h`'s MCP endpoint over a connection of its own, handed back unread.
+async fn raw_call(h: &Harness, body: &str, task: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr = h.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: sidecar\r\nauthorization: Bearer {OPS_TOKEN}\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         x-toolgate-task: {task}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
     stream
 }
 
@@ -842,6 +861,26 @@ async fn a_streamed_prior_counts_once_its_result_is_read(redis: Option<String>) 
         );
         drop(open);
     }
+    // A JSON answer streamed through that breaks mid-body is no success to remember.
+    let cut = rpc(3, "cuts_json", json!({}));
+    let mut stream = raw_call(&h, &cut, &t).await;
+    let mut answer = Vec::new();
+    let read = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut answer);
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    let r = h
+        .call(
+            "POST",
+            "/mcp",
+            Some(OPS_TOKEN),
+            &headers,
+            &rpc(4, "echo", json!({})),
+        )
+        .await;
+    assert_eq!(
+        r.json["result"]["structuredContent"]["error"]["code"], "CALL_ORDER_VIOLATION",
+        "{}",
+        r.text
+    );
     h.stop().await;
 }
 

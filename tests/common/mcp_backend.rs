@@ -275,6 +275,28 @@ async fn call(seen: &Seen, id: &Value, hold: &Arc<Notify>) -> Response<Body> {
             vec![],
             Hold::Nothing,
         ),
+        // A JSON answer that promises more than it sends: the connection breaks mid-body.
+        "cuts_json" => {
+            let prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":["#);
+            // The head and the first bytes go out; a moment later the body ends short.
+            let frames = futures_util::stream::unfold(Some(prefix), |prefix| async move {
+                match prefix {
+                    Some(prefix) => {
+                        let frame = Ok::<_, Infallible>(Frame::data(Bytes::from(prefix)));
+                        Some((frame, None))
+                    }
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        None
+                    }
+                }
+            });
+            let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+            let headers = r.headers_mut();
+            headers.insert("content-type", "application/json".parse().unwrap());
+            headers.insert("content-length", "4096".parse().unwrap());
+            r
+        }
         // The result first, then the stream stays open a while (a trailing note).
         name if name.starts_with("lingers") => sse(
             vec![event(&result(

@@ -418,7 +418,7 @@ async fn deliver(
             Failure::NotAnAnswer.reject(asked(contract)),
         )),
         // Unread, but watched: a tool's own error still marks the call's span.
-        Shape::Json => Ok(watched(ex, response, outcome)),
+        Shape::Json => Ok(watched(ex, response, contract, outcome)),
         _ => Ok(stream_through(response)),
     }
 }
@@ -427,10 +427,12 @@ async fn deliver(
 fn watched(
     ex: &Inbound<'_>,
     mut response: Response<Incoming>,
+    contract: &Contract,
     outcome: &mut Outcome,
 ) -> Response<Body> {
     clean(response.headers_mut());
-    watched::response(response, FollowUp::of(ex.gate, outcome))
+    let follow_up = FollowUp::of(ex.gate, outcome);
+    watched::response(response, follow_up, asked(contract))
 }
 
 /// The answer to a call of a batch, read whole.

@@ -5,7 +5,9 @@
 //! The last frame is held back until the upstream's body has ended: only then is it
 //! known whether the call succeeded, and a success `requires` remembers (DESIGN §16) is
 //! written before the answer is complete for the agent, whose next call may depend on
-//! it. Every other frame goes on as soon as the next one arrives.
+//! it. Every other frame goes on as soon as the next one arrives. A body that breaks
+//! before its end is the call's failure (`BodyBroke`), recorded as such: never a
+//! success.
 
 use http::Response;
 use http_body::{Body as _, Frame};
@@ -15,13 +17,16 @@ use std::pin::Pin;
 
 use super::follow_up::FollowUp;
 use super::tool_error::Scan;
+use crate::proxy::backend::{Asked, Failure};
 use crate::proxy::body::{Body, BoxError};
 
-/// The answer's body, watched.
-pub fn body(incoming: Incoming, follow_up: FollowUp) -> Body {
+/// The answer's body, watched; `asked`: what the call asked, for the refusal of a body
+/// that breaks.
+pub fn body(incoming: Incoming, follow_up: FollowUp, asked: Asked) -> Body {
     let state = Watched {
         incoming,
-        follow_up,
+        follow_up: Some(follow_up),
+        asked,
         scan: Scan::default(),
         held: None,
         done: false,
@@ -34,14 +39,16 @@ pub fn body(incoming: Incoming, follow_up: FollowUp) -> Body {
 }
 
 /// Streams `response` through, watched.
-pub fn response(response: Response<Incoming>, follow_up: FollowUp) -> Response<Body> {
+pub fn response(response: Response<Incoming>, follow_up: FollowUp, asked: Asked) -> Response<Body> {
     let (parts, incoming) = response.into_parts();
-    Response::from_parts(parts, body(incoming, follow_up))
+    Response::from_parts(parts, body(incoming, follow_up, asked))
 }
 
 struct Watched {
     incoming: Incoming,
-    follow_up: FollowUp,
+    /// The call's record; taken when a broken body records the call's failure.
+    follow_up: Option<FollowUp>,
+    asked: Asked,
     scan: Scan,
     /// The frame last read, sent on when the next one arrives or the body ends.
     held: Option<Frame<bytes::Bytes>>,
@@ -64,12 +71,16 @@ impl Watched {
                 }
                 Some(Err(e)) => {
                     self.done = true;
+                    if let Some(follow_up) = self.follow_up.take() {
+                        follow_up.record(&Failure::BodyBroke.reject(self.asked));
+                    }
                     return Some(Err(e.into()));
                 }
                 None => {
                     self.done = true;
+                    let remember = self.follow_up.as_mut().and_then(FollowUp::remember);
                     // Spawned and awaited: the body must stay `Sync`, the work needn't.
-                    if let Some(before) = self.follow_up.remember().map(tokio::spawn) {
+                    if let Some(before) = remember.map(tokio::spawn) {
                         let _ = before.await;
                     }
                     return self.held.take().map(Ok);
@@ -83,10 +94,13 @@ impl Watched {
             return;
         };
         self.scan.feed(data);
+        let Some(follow_up) = self.follow_up.as_mut() else {
+            return;
+        };
         if self.scan.found() {
-            self.follow_up.tool_error();
+            follow_up.tool_error();
         } else if self.scan.rpc_error() {
-            self.follow_up.rpc_error();
+            follow_up.rpc_error();
         }
     }
 }
