@@ -783,6 +783,16 @@ metadata: {name: echo}
 spec: {tool: echo}
 ---
 apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: sse-empty}
+spec: {tool: sse_empty, idempotent: true}
+---
+apiVersion: toolgate.dev/v1alpha1
+kind: ToolContract
+metadata: {name: after-empty}
+spec: {tool: after_empty}
+---
+apiVersion: toolgate.dev/v1alpha1
 kind: AgentPolicy
 metadata: {name: ops-bot}
 spec:
@@ -797,6 +807,9 @@ spec:
     - name: cuts_json
     - name: echo
       requires: [{tool: cuts_json, within: task}]
+    - name: sse_empty
+    - name: after_empty
+      requires: [{tool: sse_empty, within: task}]
 "#;
 
 /// Calls `tool` on `h`'s MCP endpoint and reads its answer only up to the result event,
@@ -875,6 +888,19 @@ async fn a_streamed_prior_counts_once_its_result_is_read(redis: Option<String>) 
             &headers,
             &rpc(4, "echo", json!({})),
         )
+        .await;
+    assert_eq!(
+        r.json["result"]["structuredContent"]["error"]["code"], "CALL_ORDER_VIOLATION",
+        "{}",
+        r.text
+    );
+    // Nor is an event stream that ended without a result.
+    let empty = rpc(5, "sse_empty", json!({}));
+    h.call("POST", "/mcp", Some(OPS_TOKEN), &headers, &empty)
+        .await;
+    let after = rpc(6, "after_empty", json!({}));
+    let r = h
+        .call("POST", "/mcp", Some(OPS_TOKEN), &headers, &after)
         .await;
     assert_eq!(
         r.json["result"]["structuredContent"]["error"]["code"], "CALL_ORDER_VIOLATION",

@@ -378,13 +378,9 @@ impl Outcome {
     /// without a refusal, its record being written already.
     pub fn close(&self, metrics: &Metrics) {
         self.close_at(metrics, self.started.elapsed());
-        // §16: the streamed call succeeded; its record is already written.
-        if let Some(remember) = self.remember.as_ref().filter(|_| self.succeeded()) {
-            let remember = (**remember).clone();
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(remember.commit());
-            }
-        }
+        // §16: nothing is remembered here. A streamed call is remembered when its
+        // result is seen whole and successful (`take_remembered`); a stream that ended
+        // without one (empty, cut, garbage, left to be resumed) proves no success.
     }
 
     /// What `requires` remembers of the call, taken now that its answer is known to have

@@ -275,6 +275,8 @@ async fn call(seen: &Seen, id: &Value, hold: &Arc<Notify>) -> Response<Body> {
             vec![],
             Hold::Nothing,
         ),
+        // An event stream that ends without an event.
+        "sse_empty" => sse(vec![], vec![], Hold::Nothing),
         // A JSON answer that promises more than it sends: the connection breaks mid-body.
         "cuts_json" => {
             let prefix = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":["#);

@@ -33,6 +33,10 @@ pub struct Scan {
     found: bool,
     /// The top-level object has an `error` object: a JSON-RPC error, not a result.
     rpc_error: bool,
+    /// The top-level object's `result` object opened.
+    result_seen: bool,
+    /// The top-level value closed: the answer is whole.
+    closed: bool,
 }
 
 /// The longest key compared (`isError`, `result`).
@@ -59,6 +63,13 @@ impl Scan {
     /// Whether the answer is a JSON-RPC error (its top-level `error` object opened).
     pub fn rpc_error(&self) -> bool {
         self.rpc_error
+    }
+
+    /// Whether the answer is a whole JSON object with a `result` object that is not the
+    /// tool's error: what `requires` may count as a successful call. An answer cut
+    /// short, garbage, or one without a result is not.
+    pub fn succeeded(&self) -> bool {
+        self.result_seen && self.closed && !self.found && !self.rpc_error
     }
 
     /// Whether the answer has said how the call went: nothing later changes it.
@@ -100,10 +111,12 @@ impl Scan {
                 }
                 if self.depth == 2 {
                     self.in_result = entering_result && is_object;
+                    self.result_seen |= self.in_result;
                 }
                 self.after_colon = false;
             }
             b'}' | b']' => {
+                self.closed |= self.depth == 1 && self.objects[0];
                 self.depth = self.depth.saturating_sub(1);
                 if self.depth < 2 {
                     self.in_result = false;
@@ -234,6 +247,27 @@ mod tests {
             r#"{"error":"not an object"}"#,
         ] {
             assert!(!rpc(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn only_a_whole_answer_with_a_result_succeeds() {
+        let scan = |text: &str| {
+            let mut scan = Scan::default();
+            scan.feed(text.as_bytes());
+            scan.succeeded()
+        };
+        assert!(scan(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#));
+        for text in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":["#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":5}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+            "garbage",
+            "",
+        ] {
+            assert!(!scan(text), "{text}");
         }
     }
 }

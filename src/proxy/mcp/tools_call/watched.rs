@@ -78,7 +78,12 @@ impl Watched {
                 }
                 None => {
                     self.done = true;
-                    let remember = self.follow_up.as_mut().and_then(FollowUp::remember);
+                    // Only a whole answer with a result counts (not one cut short, or
+                    // garbage a backend sent as JSON).
+                    let remember = match self.scan.succeeded() {
+                        true => self.follow_up.as_mut().and_then(FollowUp::remember),
+                        false => None,
+                    };
                     // Spawned and awaited: the body must stay `Sync`, the work needn't.
                     if let Some(before) = remember.map(tokio::spawn) {
                         let _ = before.await;
