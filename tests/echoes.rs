@@ -276,6 +276,13 @@ async fn a_passed_messages_error_page_stays_with_the_backend() {
             let json = ("content-type", "application/json".to_string());
             return (400, vec![json], error.into(), Duration::ZERO);
         }
+        if body.contains("\"id\":3") {
+            let realm = (
+                "www-authenticate",
+                "Basic realm=\"db-7.internal\"".to_string(),
+            );
+            return (401, vec![realm], String::new(), Duration::ZERO);
+        }
         let cookie = ("set-cookie", "backend_session=s3cret".to_string());
         let page = "Traceback: psycopg2 at db-7.internal:5432 SELECT hunter2";
         (500, vec![cookie], page.into(), Duration::ZERO)
@@ -311,6 +318,17 @@ async fn a_passed_messages_error_page_stays_with_the_backend() {
             r.text
         );
     }
+    // The server's 401 is not the agent's credential failing: 502, no challenge of its.
+    let ping = r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
+    let r = h
+        .call("POST", "/mcp", Some(OPS_TOKEN), &[accept], ping)
+        .await;
+    assert_eq!(r.status, 502, "{}", r.text);
+    assert!(
+        !r.header("www-authenticate").contains("db-7"),
+        "{}",
+        r.header("www-authenticate")
+    );
     let listing = r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#;
     let r = h
         .call("POST", "/mcp", Some(OPS_TOKEN), &[accept], listing)

@@ -308,7 +308,9 @@ impl Sending {
                 if let Some(ownership) = ownership {
                     ownership.release();
                 }
-                if let Some(refund) = refund {
+                // Spend comes back only when no answer came at all: a 503 says the
+                // backend ran nothing, but a proxy in front of one that did says it too.
+                if let (Some(refund), None) = (refund, status) {
                     refund.give_back().await;
                 }
             }

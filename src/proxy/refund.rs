@@ -1,10 +1,11 @@
 //! A spend budget's charge given back when the backend never got the call.
 //!
 //! A call is charged against its spend budgets at admission, right before it is sent
-//! (DESIGN §16), because only then is it known to go. When the send then fails in a way
-//! that proves nothing ran (`Ran::No`: no connection could be made, or the backend
-//! refused it with a 503 before running it), the charge is given back, so an outage of
-//! the backend does not spend an agent's day. A call that may have run stays charged.
+//! (DESIGN §16), because only then is it known to go. When no connection to the backend
+//! could be made, nothing was sent and nothing ran: the charge is given back, so an
+//! outage of the backend does not spend an agent's day. Anything the backend answered —
+//! a 503 included, which a proxy in front of a backend that acted may send too — stays
+//! charged, as does a call that may have run.
 
 use std::sync::Arc;
 

@@ -57,10 +57,13 @@ pub fn folded(key: &str) -> Cow<'_, str> {
     if key.is_ascii() {
         return Cow::Owned(key.to_ascii_lowercase());
     }
-    // Upper then lower, so letters with one uppercase and two lowercase forms (ſ, s;
-    // the Kelvin sign, k) meet.
+    // Lower, upper, lower: letters with one uppercase and two lowercase forms (ſ and s,
+    // ς and σ; the Kelvin sign and k) meet, and so do ß and ẞ (which Go folds together,
+    // while ẞ's lowercase is ß and ß's uppercase is SS). It folds more than Go does
+    // (`strasse` meets `straße`): a refusal too many, never a pair missed.
     Cow::Owned(
         key.chars()
+            .flat_map(char::to_lowercase)
             .flat_map(char::to_uppercase)
             .flat_map(char::to_lowercase)
             .collect(),
@@ -321,6 +324,8 @@ mod tests {
             r#"{"method": "notifications/progress", "METHOD": "tools/call"}"#,
             r#"{"params": {}, "param\u017f": {}}"#,
             r#"{"k": 1, "\u212a": 2}"#,
+            r#"{"stra\u00dfe": "safe", "STRA\u1e9eE": "evil"}"#,
+            r#"{"\u03c3": 1, "\u03c2": 2}"#,
         ] {
             let e = parse(text.as_bytes()).unwrap_err();
             assert!(e.to_string().contains("appears twice"), "{text}: {e}");

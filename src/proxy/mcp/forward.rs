@@ -202,18 +202,26 @@ pub async fn pass(
 
 /// What of a passed message's answer reaches the agent: a success as it came; an error
 /// only as the MCP server's protocol answer (a JSON-RPC error in a 4xx, passed as JSON
-/// with its status), else the refusal its status maps to (`BACKEND_REJECTED` keeping a
-/// 4xx status, so a client still sees its 404 for an unknown session and its 405 for a
-/// server without a GET stream). The backend's own error page and headers (a stack
-/// trace, an internal host, a cookie, its `WWW-Authenticate`) never reach the agent, as
-/// for a tool call.
+/// with its status), else the refusal its status maps to (`BACKEND_REJECTED`, keeping a
+/// 404 or 405 so a client still sees its 404 for an unknown session and its 405 for a
+/// server without a GET stream; 502 for any other 4xx). The backend's own error page
+/// and headers (a stack trace, an internal host, a cookie, its `WWW-Authenticate`)
+/// never reach the agent, as for a tool call.
 async fn answered(response: Response<Incoming>) -> Passed {
     let status = response.status();
     if status.is_success() {
         return Passed::Through(response);
     }
     let Some((status, bytes)) = collect::rpc_error(response, PASS_TIMEOUT).await else {
-        return Passed::Refused(unanswered_status(status).0);
+        let reject = unanswered_status(status).0;
+        // 404 (a session the server no longer knows) and 405 (no GET stream) tell a
+        // client what to do next; any other 4xx is the server's trouble with toolgate,
+        // not the agent's: a 401 kept would send a client with a good token to re-auth.
+        return Passed::Refused(match status.as_u16() {
+            404 | 405 => reject,
+            400..=499 => reject.with_status(502),
+            _ => reject,
+        });
     };
     let mut response = reply::json_bytes(bytes);
     *response.status_mut() = status;

@@ -32,6 +32,15 @@ pub fn proposal<'s>(
             ),
         )));
     }
+    if params
+        .and_then(|p| p.get("_meta"))
+        .is_some_and(|m| !m.is_object())
+    {
+        return Err(Refusal::of_call(Reject::new(
+            Code::MalformedRequest,
+            "params._meta must be an object",
+        )));
+    }
     let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
         return Err(Refusal::of_call(Reject::new(
             Code::MalformedRequest,
@@ -103,19 +112,37 @@ fn misspelled(params: &Map<String, Value>) -> Option<String> {
 /// Everything of a tools/call besides its tool and arguments that can change what the
 /// server does, part of the call's identity: the round fields of a multi-round call
 /// (2026-07-28: the answers to the server's `inputRequests` and its opaque
-/// `requestState`), a `task` to run it as, and any other member of `params`. Only
-/// `_meta` (a progress token, trace context: how to report, not what to run) is left
-/// out. Always present for MCP, empty or not, so an MCP call is never the same call as
-/// a REST call of the tool (their answers differ in kind, and so do their requests).
+/// `requestState`), a `task` to run it as, any other member of `params`, and `_meta`
+/// but for what only says how to report ([`PER_REQUEST`]), which a retry of the same
+/// call changes. Always present for MCP, empty or not, so an MCP call is never the same
+/// call as a REST call of the tool (their answers differ in kind, and so do their
+/// requests).
 fn round_of(message: &Message) -> Option<Value> {
     let mut round = Map::new();
     for (key, value) in message.params().into_iter().flatten() {
-        if !matches!(key.as_str(), "name" | "arguments" | "_meta") && !value.is_null() {
-            round.insert(key.clone(), value.clone());
+        match key.as_str() {
+            "name" | "arguments" => {}
+            "_meta" => {
+                let meta: Map<String, Value> = (value.as_object().into_iter().flatten())
+                    .filter(|(k, _)| !PER_REQUEST.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if !meta.is_empty() {
+                    round.insert(key.clone(), Value::Object(meta));
+                }
+            }
+            _ if value.is_null() => {}
+            _ => {
+                round.insert(key.clone(), value.clone());
+            }
         }
     }
     Some(Value::Object(round))
 }
+
+/// `_meta` members a client sets anew on every request, retries included: a progress
+/// token and trace context. They say how to report on the call, not what to run.
+const PER_REQUEST: [&str; 4] = ["progressToken", "traceparent", "tracestate", "baggage"];
 
 #[cfg(test)]
 mod tests {
@@ -141,7 +168,7 @@ mod tests {
         };
         let plain = round_of(&call(json!({"name": "refund", "arguments": {}})));
         let traced = round_of(&call(
-            json!({"name": "refund", "arguments": {}, "_meta": {"progressToken": 7}}),
+            json!({"name": "refund", "arguments": {}, "_meta": {"progressToken": 7, "traceparent": "00-x"}}),
         ));
         assert_eq!(identity(plain.clone()), identity(traced));
         assert_ne!(
@@ -153,6 +180,7 @@ mod tests {
             json!({"note": "refund to another IBAN"}),
             json!({"task": {"ttl": 60000}}),
             json!({"requestState": "round-1"}),
+            json!({"_meta": {"io.example/override": {"amount": 5000}}}),
         ] {
             let mut params = json!({"name": "refund", "arguments": {}});
             params
