@@ -832,13 +832,15 @@ async fn raw_call(h: &Harness, body: &str, task: &str) -> tokio::net::TcpStream 
     use tokio::io::AsyncWriteExt;
     let addr = h.base.trim_start_matches("http://").to_string();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: sidecar\r\nauthorization: Bearer {OPS_TOKEN}\r\n\
-         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
-         x-toolgate-task: {task}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
+    let bearer = format!("Bearer {OPS_TOKEN}");
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("x-toolgate-task", task),
+    ];
+    let request = common::raw::request("POST", "/mcp", &headers, body.as_bytes());
+    stream.write_all(&request).await.unwrap();
     stream
 }
 

@@ -70,9 +70,11 @@ pub fn decide(
         )?;
     }
     let args = validate(contract, args)?;
-    if permit.grant.reads.request {
-        ambiguous_header(request.headers, &permit.grant.headers)?;
-    }
+    // Read (and refused when ambiguous) before the rules, which only then bind them.
+    let headers = match permit.grant.reads.request {
+        true => Some(visible_headers(request.headers, &permit.grant.headers)?),
+        false => None,
+    };
     let needs_approval = judge(permit.grant, &args, record, |reads| Inputs {
         agent: reads.agent.then(|| agent.cel_value()),
         task: reads.task.then(|| request.task.claims().cloned()).flatten(),
@@ -86,10 +88,9 @@ pub fn decide(
             };
             json!({"id": request.session, "calls": calls})
         }),
-        request: reads.request.then(|| {
-            let headers = visible_headers(request.headers, &permit.grant.headers);
-            json!({"method": request.method, "path": request.path, "headers": headers})
-        }),
+        request: headers.filter(|_| reads.request).map(
+            |headers| json!({"method": request.method, "path": request.path, "headers": headers}),
+        ),
     })?;
     Ok(Decided {
         args,
@@ -194,18 +195,24 @@ fn judge(
 }
 
 /// Request headers as rules see them: lowercase names, text values, only those the
-/// grant's rules read (`HeaderReads`), never the credential or the task token.
-/// A header the grant's rules read must have one value they can read: a rule judging
-/// one of two `X-Auth-Token` values (or none, for a value that is not text) while the
-/// backend takes the other is a rule the agent gets around. `MALFORMED_REQUEST`.
-fn ambiguous_header(headers: &HeaderMap, read: &HeaderReads) -> Result<(), Reject> {
+/// grant's rules read (`HeaderReads`), never the credential or the task token. A header
+/// they read must have one value they can read: a rule judging one of two
+/// `X-Auth-Token` values (or none, for a value that is not text) while the backend takes
+/// the other is a rule the agent gets around, so that is `MALFORMED_REQUEST`.
+fn visible_headers(headers: &HeaderMap, read: &HeaderReads) -> Result<Value, Reject> {
+    let mut map = Map::new();
     if *read == HeaderReads::None {
-        return Ok(());
+        return Ok(Value::Object(map));
     }
-    for name in headers.keys().filter(|name| read.keeps(name.as_str())) {
+    for name in headers.keys() {
+        if name == http::header::AUTHORIZATION
+            || name.as_str() == crate::proxy::headers::TASK
+            || !read.keeps(name.as_str())
+        {
+            continue;
+        }
         let mut values = headers.get_all(name).iter();
-        let text = values.next().is_some_and(|v| v.to_str().is_ok());
-        if !text || values.next().is_some() {
+        let (Some(Ok(text)), None) = (values.next().map(|v| v.to_str()), values.next()) else {
             return Err(Reject::new(
                 crate::vocab::Code::MalformedRequest,
                 format!(
@@ -213,28 +220,10 @@ fn ambiguous_header(headers: &HeaderMap, read: &HeaderReads) -> Result<(), Rejec
                      as text"
                 ),
             ));
-        }
+        };
+        map.insert(name.as_str().to_string(), Value::String(text.to_string()));
     }
-    Ok(())
-}
-
-fn visible_headers(headers: &HeaderMap, read: &HeaderReads) -> Value {
-    let mut map = Map::new();
-    if *read == HeaderReads::None {
-        return Value::Object(map);
-    }
-    for (name, value) in headers {
-        if name == http::header::AUTHORIZATION
-            || name.as_str() == crate::proxy::headers::TASK
-            || !read.keeps(name.as_str())
-        {
-            continue;
-        }
-        if let Ok(text) = value.to_str() {
-            map.insert(name.as_str().to_string(), Value::String(text.to_string()));
-        }
-    }
-    Value::Object(map)
+    Ok(Value::Object(map))
 }
 
 #[cfg(test)]

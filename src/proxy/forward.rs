@@ -29,7 +29,7 @@ use crate::policy::agent_policy::Policy;
 use crate::policy::contract::Contract;
 use crate::proxy::action;
 use crate::proxy::backend::exchange::{Exchange, Received};
-use crate::proxy::backend::{Asked, Backend, Keep};
+use crate::proxy::backend::{Asked, Backend, Failure, Keep};
 use crate::proxy::call::Ground;
 use crate::proxy::conventions;
 use crate::proxy::outcome::Outcome;
@@ -166,7 +166,7 @@ async fn forward_once<S: Backend>(
     // so this pod's duplicates join here and only a local lead asks Redis.
     let claim = ground.shared.map(|shared| shared.claim_for(call));
     // Whether the lead's admission charged its spend budgets (not under a shadow
-    // override): then a send that proves nothing ran gives the charge back.
+    // override): then a send no connection carried gives the charge back.
     let charged = AtomicBool::new(false);
     // Made only for a lead the session admitted: the one request really sent.
     let send = || {
@@ -268,14 +268,15 @@ struct Sending {
     backend: Client,
     claim: Option<Claim>,
     ownership: Option<action::Ownership>,
-    /// The spend its admission charged, given back if the call certainly did not run.
+    /// The spend its admission charged, given back if no connection carried the call.
     refund: Option<Refund>,
 }
 
 impl Sending {
     /// Waits for the backend's kept answer, then ends the client span and counts it,
-    /// stores the outcome for other replicas' duplicates and gives the action and the
-    /// spend back if the call certainly did not run. Borrows nothing: it runs detached.
+    /// stores the outcome for other replicas' duplicates, gives the action back if the
+    /// call certainly did not run, and the spend if no connection carried it. Borrows
+    /// nothing: it runs detached.
     fn finish<F>(
         self,
         ground: &Ground<'_, impl Backend>,
@@ -420,10 +421,11 @@ async fn forward_idempotent<S: Backend>(
     let sent = Instant::now();
     let response = ground.backend.send(exchange, contract.timeout, retry).await;
     // Admission charged the call's spend budgets (unless a shadow policy overrode a
-    // limit, or the shared state failed open): a call that never ran gets it back.
+    // limit, or the shared state failed open): a call no connection carried gets it back
+    // (`proxy::refund`; a 503 is an answer, and stays charged).
     let charged = shadowed.is_none() && !state_failed_open;
     if let (Err(failure), true) = (&response, charged) {
-        if failure.ran() == Ran::No {
+        if *failure == Failure::Unreachable {
             if let Some(refund) = Refund::of(ground, call) {
                 refund.give_back().await;
             }

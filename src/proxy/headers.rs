@@ -96,22 +96,23 @@ const GOVERNED: [&str; 17] = [
 
 /// Whether a name with `_` is one of [`GOVERNED`] once `_` is read as `-`.
 fn reads_as_governed(name: &str) -> bool {
-    GOVERNED.iter().any(|governed| {
-        governed.len() == name.len()
-            && name
-                .bytes()
-                .zip(governed.bytes())
-                .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
-    })
+    GOVERNED
+        .iter()
+        .any(|governed| governed.len() == name.len() && starts_as(name, governed))
+}
+
+/// Whether `name` starts with `spelled` (lowercase, with `-`) once `_` is read as `-`.
+fn starts_as(name: &str, spelled: &str) -> bool {
+    name.len() >= spelled.len()
+        && name
+            .bytes()
+            .zip(spelled.bytes())
+            .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
 }
 
 /// Whether a header name is toolgate's own once `_` is read as `-`.
 fn reads_as_toolgate(name: &str) -> bool {
-    name.len() >= PREFIX.len()
-        && name
-            .bytes()
-            .zip(PREFIX.bytes())
-            .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+    starts_as(name, PREFIX)
 }
 
 /// Removes hop-by-hop headers, including those the `Connection` header names.

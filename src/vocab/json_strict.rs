@@ -70,6 +70,17 @@ pub fn folded(key: &str) -> Cow<'_, str> {
     )
 }
 
+/// Whether `key` stands for one of `members` in another spelling (`Method`, `ARGUMENTS`,
+/// `paramſ`): not one of them, but equal to one once folded. A reader that matches
+/// names ignoring case takes it for that member.
+pub fn misspells(key: &str, members: &[&str]) -> bool {
+    if members.contains(&key) {
+        return false;
+    }
+    let key = folded(key);
+    members.iter().any(|member| key == folded(member))
+}
+
 /// Whether `key` folds to itself: ASCII without capitals, the usual key. Objects whose
 /// keys all do need no folding to compare (the fast path of every call's body).
 fn is_folded(key: &str) -> bool {

@@ -19,8 +19,9 @@ use crate::proxy::backend::sse::{Event, Parser};
 use crate::proxy::backend::Failure;
 use crate::proxy::body::{Body, BoxError};
 
-/// Work that must finish before a rewritten answer goes on to the client.
-pub type Before = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+/// Work that must finish before a rewritten answer goes on to the client, already
+/// running: a task's handle, so the bodies that await it stay `Sync`.
+pub type Before = tokio::task::JoinHandle<()>;
 
 /// What to do with the response to the forwarded request.
 pub trait Rewrite: Send + Sync + 'static {
@@ -144,8 +145,7 @@ impl<R: Rewrite, B: Upstream> Stream<R, B> {
                     continue;
                 };
                 if self.answered && !answered {
-                    // Spawned and awaited: the body must stay `Sync`, the work needn't.
-                    if let Some(before) = self.rewrite.before_delivery().map(tokio::spawn) {
+                    if let Some(before) = self.rewrite.before_delivery() {
                         let _ = before.await;
                     }
                 }

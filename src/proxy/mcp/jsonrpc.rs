@@ -13,6 +13,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::vocab::json_strict::misspells;
+
 /// Longest batch toolgate answers; each element is governed and forwarded on its own.
 pub const MAX_BATCH: usize = 100;
 
@@ -136,7 +138,7 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
     // `paramſ`) is one some servers read as that member (Go's encoding/json matches
     // names ignoring case): the message would be judged as one thing and run as
     // another. Refused whole, in a batch too. Other extra members ride along.
-    if object.keys().any(|key| misspelled_member(key)) {
+    if object.keys().any(|key| misspells(key, &MEMBERS)) {
         return Err(Invalid {
             reason: "a member of the message is spelled like jsonrpc, id, method, params, \
                      result or error in another case: spell it exactly"
@@ -204,12 +206,6 @@ pub fn message(value: Value) -> Result<Message, Invalid> {
 
 /// The members of a JSON-RPC 2.0 message.
 const MEMBERS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
-
-/// A key that is not a member of the message but folds to one.
-fn misspelled_member(key: &str) -> bool {
-    use crate::vocab::json_strict::folded;
-    !MEMBERS.contains(&key) && MEMBERS.contains(&folded(key).as_ref())
-}
 
 /// Whether a method is a notification's: the only methods that may go without an id.
 pub fn is_notification(method: &str) -> bool {

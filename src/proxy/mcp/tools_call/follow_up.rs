@@ -73,7 +73,7 @@ impl FollowUp {
     /// written before the answer goes on (DESIGN §16: the agent's next call must see it).
     pub fn remember(&mut self) -> Option<Before> {
         let remember = self.outcome.as_mut()?.take_remembered()?;
-        Some(Box::pin(remember.commit()))
+        Some(tokio::spawn(remember.commit()))
     }
 
     pub fn record(mut self, reject: &Reject) {

@@ -62,8 +62,7 @@ where
             Err(_) => lead.flight.settled(),
         };
         let (message, before) = (lead.finish)(settled);
-        // Spawned and awaited: the body must stay `Sync`, the work needn't.
-        if let Some(before) = before.map(tokio::spawn) {
+        if let Some(before) = before {
             let _ = before.await;
         }
         let data = serde_json::to_string(&message).unwrap_or_default();

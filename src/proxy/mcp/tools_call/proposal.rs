@@ -12,6 +12,7 @@ use crate::proxy::mcp::jsonrpc::Message;
 use crate::proxy::mcp::reply::Refusal;
 use crate::proxy::mcp::Inbound;
 use crate::vocab::args::Args;
+use crate::vocab::json_strict::misspells;
 use crate::vocab::{Code, Reject};
 
 /// The proposal a tools/call makes, and its tool: the message's `params.name` and
@@ -101,11 +102,9 @@ const KNOWN: [&str; 6] = [
 /// so a server built on it would run the tool or arguments it names, not the ones
 /// decided. Too long a key is not named back.
 fn misspelled(params: &Map<String, Value>) -> Option<String> {
-    use crate::vocab::json_strict::folded;
     params
         .keys()
-        .filter(|key| !KNOWN.contains(&key.as_str()))
-        .find(|key| KNOWN.iter().any(|known| folded(key) == folded(known)))
+        .find(|key| misspells(key, &KNOWN))
         .map(|key| key.chars().take(32).collect())
 }
 
@@ -194,7 +193,15 @@ mod tests {
 
     #[test]
     fn a_known_member_in_another_spelling_is_found() {
-        for key in ["Name", "ARGUMENTS", "argument\u{17f}", "_META", "Task"] {
+        for key in [
+            "Name",
+            "ARGUMENTS",
+            "argument\u{17f}",
+            "_META",
+            "Task",
+            "INPUTRESPONSES",
+            "requeststate",
+        ] {
             let params: Map<String, Value> = [(key.to_string(), json!(1))].into_iter().collect();
             assert!(misspelled(&params).is_some(), "{key}");
         }

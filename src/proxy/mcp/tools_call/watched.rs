@@ -84,8 +84,7 @@ impl Watched {
                         true => self.follow_up.as_mut().and_then(FollowUp::remember),
                         false => None,
                     };
-                    // Spawned and awaited: the body must stay `Sync`, the work needn't.
-                    if let Some(before) = remember.map(tokio::spawn) {
+                    if let Some(before) = remember {
                         let _ = before.await;
                     }
                     return self.held.take().map(Ok);
